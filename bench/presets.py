@@ -1,0 +1,102 @@
+"""Samples/s of every reference-trainer preset beside `clean`, measured in one run.
+
+Each preset runs in its own process (logical devices are fixed per process) with `recadvisor train
+--json`, without a profiler window; presets are interleaved across repeats so machine noise hits all
+of them alike, and the table quotes medians.
+
+    .venv/bin/python bench/presets.py [--repeats 3] [--presets clean,gzip,...] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from reference_model.presets import PRESETS
+
+
+def run_preset(name: str, steps: int | None, timeout: int) -> dict:
+    cmd = [sys.executable, "-m", "recadvisor", "train", "--preset", name, "--json", "--no-progress"]
+    if steps:
+        cmd += ["--steps", str(steps)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        return {"error": tail[0], "wall_s": wall}
+    meta = json.loads(proc.stdout)
+    return {"samples_per_s": meta["samples_per_s"], "wall_s": wall, "p50": meta["step_time_ms"]["p50"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--json", dest="json_out", help="also write the results here")
+    args = ap.parse_args(argv)
+    names = [n for n in args.presets.split(",") if n]
+    for n in names:
+        if n not in PRESETS:
+            ap.error(f"unknown preset {n!r}")
+    if "clean" not in names:
+        names.insert(0, "clean")
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    console = Console(stderr=True)
+    for r in range(args.repeats):
+        for n in names:
+            res = run_preset(n, args.steps, args.timeout)
+            runs[n].append(res)
+            shown = f"{res['samples_per_s']:,.0f} samples/s" if "samples_per_s" in res else res["error"]
+            console.log(f"repeat {r + 1}/{args.repeats} {n}: {shown} ({res['wall_s']:.0f} s)")
+    rows = []
+    for n in names:
+        ok = [x["samples_per_s"] for x in runs[n] if "samples_per_s" in x]
+        rows.append({
+            "preset": n,
+            "median_samples_per_s": statistics.median(ok) if ok else None,
+            "min": min(ok) if ok else None,
+            "max": max(ok) if ok else None,
+            "runs": len(ok),
+            "median_wall_s": statistics.median(x["wall_s"] for x in runs[n]),
+            "errors": [x["error"] for x in runs[n] if "error" in x],
+        })
+    clean = next(r["median_samples_per_s"] for r in rows if r["preset"] == "clean")
+    table = Table(title=f"Reference-trainer presets ({args.repeats} runs each, medians)")
+    for col in ("preset", "samples/s", "min-max", "ratio to clean", "slower than clean",
+                "wall s", "expected finding"):
+        table.add_column(col, justify="left" if col in ("preset", "expected finding") else "right")
+    for r in rows:
+        med = r["median_samples_per_s"]
+        ratio = med / clean if med and clean else None
+        r["ratio_to_clean"] = ratio
+        # "Slower" means even the fastest run of the preset is below the slowest clean run.
+        clean_min = next(x["min"] for x in rows if x["preset"] == "clean")
+        slower = "-" if r["preset"] == "clean" else ("yes" if r["max"] and r["max"] < clean_min else "NO")
+        table.add_row(
+            r["preset"],
+            f"{med:,.0f}" if med else "failed",
+            f"{r['min']:,.0f}-{r['max']:,.0f}" if med else "",
+            f"{ratio:.2f}x" if ratio else "",
+            slower,
+            f"{r['median_wall_s']:.0f}",
+            ", ".join(PRESETS[r["preset"]].expected_findings) or "(none)",
+        )
+    Console().print(table)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all(r["median_samples_per_s"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

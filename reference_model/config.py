@@ -1,0 +1,210 @@
+"""Every knob of the reference trainer, in one dataclass that round-trips through JSON and flags.
+
+Each anti-pattern from the seeds is one field (or two) here, so a preset is "clean plus one change"
+and a finding's remedy can name the exact flag that undoes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+AUTOTUNE = -1
+
+RecordFormat = Literal["example", "prebatched"]
+Compression = Literal["none", "gzip"]
+ParseMode = Literal["per_example", "batched"]
+CastMode = Literal["pipeline", "host"]
+InputCopy = Literal["distributed", "serial"]
+EmbeddingSplit = Literal["table", "column"]
+
+
+@dataclass
+class TrainConfig:
+    # --- data on disk (selects the cached dataset variant) ---
+    record_format: RecordFormat = "prebatched"
+    compression: Compression = "none"
+    rows_per_record: int = 1024
+    train_examples: int = 262_144
+    eval_examples: int = 32_768
+    shards: int = 16
+    data_seed: int = 0
+    # --- tf.data input pipeline ---
+    batch_size: int = 4096
+    parse: ParseMode = "batched"
+    cycle_length: int = 4
+    block_length: int = 1
+    interleave_parallelism: int = AUTOTUNE
+    map_parallelism: int = AUTOTUNE
+    prefetch: int = 2
+    threadpool: int = 0
+    cast: CastMode = "pipeline"
+    # --- emulated storage (0 = local disk as it is) ---
+    storage_latency_ms: float = 0.0
+    storage_bandwidth_mbps: float = 0.0
+    evict_page_cache: bool = False
+    reader_buffer_kb: int = 256
+    # --- devices and parallelism ---
+    devices: int = 2
+    embedding_split: EmbeddingSplit = "table"
+    input_copy: InputCopy = "distributed"
+    # --- model ---
+    embedding_dim: int = 16
+    bottom_mlp: tuple[int, ...] = (64, 32)
+    top_mlp: tuple[int, ...] = (128, 64)
+    fused_tables: bool = True
+    xla: bool = True
+    mixed_precision: bool = False
+    dense_lr: float = 1e-3
+    embedding_lr: float = 0.05
+    seed: int = 0
+    # --- run lengths ---
+    warmup_steps: int = 8
+    measure_steps: int = 30
+    profile_steps: int = 6
+    cardinalities: tuple[int, ...] | None = field(default=None)
+
+    def validate(self, max_devices: int | None = None) -> None:
+        """Raise ValueError with a one-line reason for combinations that cannot run."""
+        if self.batch_size <= 0 or self.devices <= 0:
+            raise ValueError("--batch-size and --devices must be positive")
+        if self.batch_size % self.devices:
+            raise ValueError(
+                f"--batch-size {self.batch_size} is not divisible by --devices {self.devices}"
+            )
+        if self.record_format == "prebatched" and self.batch_size % self.rows_per_record:
+            raise ValueError(
+                f"prebatched records hold {self.rows_per_record} rows: --batch-size must be a "
+                "multiple of --rows-per-record"
+            )
+        if self.record_format == "prebatched" and self.parse == "per_example":
+            raise ValueError("--parse per_example needs --record-format example")
+        if self.embedding_split == "column" and self.embedding_dim % self.devices:
+            raise ValueError(
+                f"column-wise split needs --embedding-dim ({self.embedding_dim}) divisible by "
+                f"--devices ({self.devices})"
+            )
+        if max_devices is not None and self.devices > max_devices:
+            raise ValueError(
+                f"--devices {self.devices} asked for but only {max_devices} accelerators exist"
+            )
+        for name in ("warmup_steps", "measure_steps", "profile_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.measure_steps == 0 and self.profile_steps == 0:
+            raise ValueError("nothing to run: --measure-steps and --profile-steps are both 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+        return cls(**kw)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, path: Path) -> TrainConfig:
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config file not found: {path}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config file {path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {path} must hold a JSON object")
+        return cls.from_dict(data)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def _parse_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+_CHOICES = {
+    "record_format": ("example", "prebatched"),
+    "compression": ("none", "gzip"),
+    "parse": ("per_example", "batched"),
+    "cast": ("pipeline", "host"),
+    "embedding_split": ("table", "column"),
+    "input_copy": ("distributed", "serial"),
+}
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field; defaults are None so only given flags override."""
+    group = parser.add_argument_group("training configuration (override preset/config)")
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        default = getattr(defaults, f.name)
+        kw: dict[str, Any] = {"default": None, "dest": f"cfg_{f.name}"}
+        if f.name in _CHOICES:
+            kw["choices"] = _CHOICES[f.name]
+        elif isinstance(default, bool):
+            kw["type"] = _parse_bool
+            kw["metavar"] = "BOOL"
+        elif isinstance(default, float):
+            kw["type"] = float
+        elif isinstance(default, int):
+            kw["type"] = int
+        else:
+            kw["type"] = _parse_ints
+            kw["metavar"] = "N,N,..."
+        kw["help"] = f"(default {default if not isinstance(default, tuple) else ','.join(map(str, default))})"
+        group.add_argument(_flag(f.name), **kw)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None
+    }
+
+
+def config_to_flags(cfg: TrainConfig, base: TrainConfig | None = None) -> list[str]:
+    """The flags that turn `base` (default: TrainConfig()) into `cfg`."""
+    base = base or TrainConfig()
+    out: list[str] = []
+    for f in dataclasses.fields(TrainConfig):
+        v = getattr(cfg, f.name)
+        if v == getattr(base, f.name):
+            continue
+        if isinstance(v, bool):
+            text = "true" if v else "false"
+        elif isinstance(v, tuple):
+            text = ",".join(map(str, v))
+        else:
+            text = str(v)
+        out += [_flag(f.name), text]
+    return out

@@ -1,0 +1,55 @@
+"""Pick the N devices a run trains on: real GPUs when present, otherwise N logical CPU devices.
+
+Logical CPU devices let the same hybrid-parallel code (placement, all-to-all, all-reduce) run on a
+CPU-only machine; they share the host's cores, so they show the communication structure, not a
+speedup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    names: tuple[str, ...]
+    kind: str  # "GPU" or "CPU"
+    host: str  # where the input pipeline and the host-side Python run
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "GPU"
+
+
+def setup_devices(n: int) -> DeviceSet:
+    """Must run before TensorFlow initializes its runtime (first op or device listing)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if n > len(gpus):
+            raise ValueError(f"--devices {n} asked for but only {len(gpus)} GPUs exist")
+        for g in gpus:
+            tf.config.experimental.set_memory_growth(g, True)
+        names = tuple(f"/device:GPU:{i}" for i in range(n))
+        return DeviceSet(names=names, kind="GPU", host="/device:CPU:0")
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+        )
+    except RuntimeError:
+        # The runtime is already up (a second run in one process, e.g. tests): reuse what exists.
+        pass
+    logical = tf.config.list_logical_devices("CPU")
+    if len(logical) < n:
+        raise ValueError(
+            f"--devices {n}: this process already initialized TensorFlow with "
+            f"{len(logical)} CPU devices"
+        )
+    names = tuple(f"/device:CPU:{i}" for i in range(n))
+    return DeviceSet(names=names, kind="CPU", host="/device:CPU:0")

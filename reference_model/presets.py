@@ -1,0 +1,64 @@
+"""Named configurations: `clean` (best practice), one preset per seed anti-pattern that differs from
+`clean` only in that anti-pattern, and `default`, the seed 000 starting job with all of them.
+
+The expected finding id (shared/ARCHITECTURE.md) of each preset is what the analyzers are judged on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_model.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    changes: dict[str, Any] = field(default_factory=dict)
+    expected_findings: tuple[str, ...] = ()
+
+    def config(self) -> TrainConfig:
+        return TrainConfig().replace(**self.changes)
+
+
+_ALL = [
+    Preset("clean", "best practice: prebatched uncompressed records, parallel interleave/map, "
+           "prefetch, fused tables, XLA, 2 devices"),
+    Preset("io_stall", "slow remote storage: 400 ms per file open, 8 MB/s per reader",
+           {"storage_latency_ms": 400.0, "storage_bandwidth_mbps": 8.0}, ("io_stall",)),
+    Preset("gzip", "GZIP-compressed TFRecords", {"compression": "gzip"}, ("input_preprocessing",)),
+    Preset("casting", "float64 features cast by a host-side casting layer every step",
+           {"cast": "host"}, ("convert_to_tensor_gaps",)),
+    Preset("low_parallelism", "interleave and map with parallelism 1",
+           {"cycle_length": 1, "interleave_parallelism": 1, "map_parallelism": 1},
+           ("input_preprocessing",)),
+    Preset("per_example", "one tf.train.Example per record, parsed one at a time",
+           {"record_format": "example", "parse": "per_example"}, ("input_preprocessing",)),
+    Preset("serial_h2d", "per-device input copies issued one after another from Python",
+           {"input_copy": "serial"}, ("serialized_h2d",)),
+    Preset("too_many_devices", "8 devices for a small model: all-to-all and all-reduce dominate",
+           {"devices": 8}, ("collective_overhead",)),
+    Preset("small_ops_no_xla", "no XLA and one embedding table per feature: many tiny ops",
+           {"xla": False, "fused_tables": False}, ("kernel_launch_overhead",)),
+    Preset("dstate_io", "16 parallel readers on files evicted from the page cache",
+           {"evict_page_cache": True, "cycle_length": 16, "interleave_parallelism": 16,
+            "threadpool": 24, "reader_buffer_kb": 16}, ("dstate_threads",)),
+    Preset("default", "seed 000's starting job: per-example GZIP records, parallelism 1, no "
+           "prefetch, float64 + casting layer, serial per-device copies, 4 devices, no XLA, "
+           "unfused tables",
+           {"record_format": "example", "parse": "per_example", "compression": "gzip",
+            "cycle_length": 1, "interleave_parallelism": 1, "map_parallelism": 1, "prefetch": 0,
+            "cast": "host", "input_copy": "serial", "devices": 4, "xla": False,
+            "fused_tables": False},
+           ("input_preprocessing", "convert_to_tensor_gaps", "serialized_h2d")),
+]
+PRESETS: dict[str, Preset] = {p.name: p for p in _ALL}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose from: {', '.join(PRESETS)}") from None

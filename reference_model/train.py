@@ -1,0 +1,237 @@
+"""The reference training run: warm-up, a timed window (samples/s), then a profiled window.
+
+samples/s is measured *outside* the profiled window: the profiler slows small steps a lot, so the
+throughput the tuner optimizes and the speedups the analyzers estimate must not come from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference_model.config import TrainConfig
+
+
+def default_cache_root() -> Path:
+    import os
+
+    base = os.environ.get("RECADVISOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "recadvisor"
+    )
+    return Path(base) / "data"
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", disable=not enabled, leave=False, file=sys.stderr)
+
+
+def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
+    from reference_model.data.cache import ensure_dataset
+    from reference_model.data.manifest import Manifest
+    from reference_model.schema import Schema
+
+    if data_dir is not None:
+        manifest = Manifest.load(data_dir)
+        wanted = (cfg.record_format, cfg.compression)
+        have = (manifest.format, manifest.compression)
+        if wanted != have:
+            raise ValueError(
+                f"--data {data_dir} holds {have[0]}/{have[1]} records but the configuration asks "
+                f"for {wanted[0]}/{wanted[1]}: drop --data to use a cached variant"
+            )
+        if manifest.format == "prebatched" and cfg.batch_size % manifest.rows_per_record:
+            raise ValueError(
+                f"--data {data_dir} has {manifest.rows_per_record} rows per record, which does "
+                f"not divide --batch-size {cfg.batch_size}"
+            )
+        return data_dir, manifest
+    schema = Schema(cardinalities=cfg.cardinalities) if cfg.cardinalities else Schema()
+    path = ensure_dataset(
+        cache_root,
+        schema=schema,
+        fmt=cfg.record_format,
+        rows_per_record=cfg.rows_per_record if cfg.record_format == "prebatched" else 1,
+        compression=cfg.compression,
+        num_examples=cfg.train_examples,
+        eval_examples=cfg.eval_examples,
+        num_shards=cfg.shards,
+        seed=cfg.data_seed,
+    )
+    return path, Manifest.load(path)
+
+
+def serial_device_copies(model, dense, ids, labels):
+    """Seed 000's MirroredStrategy input path: a Python loop copies each device's share one after
+    another. On GPUs tf.identity is a real MemcpyH2D; on logical CPU devices it would alias the
+    host buffer, so DeepCopy stands in for the transfer."""
+    import tensorflow as tf
+
+    from reference_model.hybrid import StepInputs
+
+    devs = model.devices
+
+    def copy(x):
+        return tf.identity(x) if devs.is_gpu else tf.raw_ops.DeepCopy(x=x)
+
+    b = model.global_batch // devs.count
+    out = StepInputs([], [], [])
+    for j, dev in enumerate(devs.names):
+        with tf.device(dev):
+            out.dense.append(copy(dense[j * b : (j + 1) * b]))
+            out.labels.append(copy(labels[j * b : (j + 1) * b]))
+            out.ids.append(copy(ids))
+    return out
+
+
+def evaluate_auc(model, manifest, cfg: TrainConfig) -> float:
+    from reference_model.metrics import roc_auc
+    from reference_model.pipeline import build_dataset, host_casting_layer
+
+    ds = build_dataset(cfg, manifest, split="eval")
+    scores, labels = [], []
+    for batch in ds:
+        dense, ids, lab = host_casting_layer(batch) if cfg.cast == "host" else batch
+        scores.append(model.predict(dense, ids).numpy())
+        labels.append(lab.numpy())
+    if not scores:
+        raise ValueError("the eval split is smaller than one batch")
+    return roc_auc(np.concatenate(labels), np.concatenate(scores))
+
+
+def run_training(
+    cfg: TrainConfig,
+    *,
+    logdir: Path | None,
+    data_dir: Path | None = None,
+    cache_root: Path | None = None,
+    preset: str | None = None,
+    evaluate: bool = False,
+    progress: bool = True,
+    python_trace: bool = False,
+) -> dict[str, Any]:
+    """Train; returns the run metadata (also written beside the xplane when `logdir` is given)."""
+    t_start = time.time()
+    cfg.validate()
+    from reference_model.devices import setup_devices
+
+    devices = setup_devices(cfg.devices)
+
+    import tensorflow as tf
+
+    from recadvisor.capture import ProfileWindow, write_run_metadata
+    from reference_model.hybrid import HybridDLRM
+    from reference_model.pipeline import build_dataset, host_casting_layer
+    from reference_model.storage import PageCacheEvictor
+
+    tf.random.set_seed(cfg.seed)
+    data_path, manifest = resolve_dataset(cfg, data_dir, cache_root or default_cache_root())
+    model = HybridDLRM(cfg, devices, manifest.schema.cardinalities, manifest.schema.num_dense)
+    iterator = iter(build_dataset(cfg, manifest))
+
+    def step() -> Any:
+        batch = next(iterator)
+        dense, ids, labels = host_casting_layer(batch) if cfg.cast == "host" else batch
+        if cfg.input_copy == "serial":
+            x = serial_device_copies(model, dense, ids, labels)
+            return model.step_placed(x.dense, x.ids, x.labels)
+        return model.step_host(dense, ids, labels)
+
+    evictor = (
+        PageCacheEvictor(manifest.files("train")) if cfg.evict_page_cache else contextlib.nullcontext()
+    )
+    step_ms: list[float] = []
+    losses: list[float] = []
+    window: dict[str, Any] = {}
+    run_dir = None
+    with evictor:
+        with _progress(cfg.warmup_steps, "warm-up", progress) as bar:
+            for _ in range(cfg.warmup_steps):
+                losses.append(float(step()))
+                bar.update()
+        t0 = time.perf_counter()
+        with _progress(cfg.measure_steps, "measure", progress) as bar:
+            for _ in range(cfg.measure_steps):
+                s = time.perf_counter()
+                losses.append(float(step()))  # float() waits for the step: honest per-step times
+                step_ms.append((time.perf_counter() - s) * 1e3)
+                bar.update()
+        measure_s = time.perf_counter() - t0
+        if logdir is not None and cfg.profile_steps > 0:
+            first = cfg.warmup_steps + cfg.measure_steps
+            with (
+                _progress(cfg.profile_steps, "profile", progress) as bar,
+                ProfileWindow(logdir, python_tracer_level=1 if python_trace else 0) as win,
+            ):
+                for i in range(first, first + cfg.profile_steps):
+                    with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                        losses.append(float(step()))
+                    bar.update()
+            run_dir = win.run_dir
+            window = {
+                "start_unix_ns": win.start_ns,
+                "end_unix_ns": win.end_ns,
+                "first_step": first,
+                "last_step": first + cfg.profile_steps - 1,
+            }
+    auc = evaluate_auc(model, manifest, cfg) if evaluate else None
+    samples_per_s = cfg.batch_size * cfg.measure_steps / measure_s if cfg.measure_steps else None
+    meta: dict[str, Any] = {
+        "tool": "recadvisor.reference_model",
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "command": sys.argv,
+        "samples_per_s": samples_per_s,
+        "step_time_ms": _percentiles(step_ms),
+        "measured_steps": cfg.measure_steps,
+        "profile_window": window or None,
+        "final_loss": losses[-1] if losses else None,
+        "eval_auc": auc,
+        "devices": {"kind": devices.kind, "count": devices.count, "names": list(devices.names)},
+        "dataset": {
+            "dir": str(data_path),
+            "format": manifest.format,
+            "compression": manifest.compression,
+            "rows_per_record": manifest.rows_per_record,
+        },
+        "versions": _versions(tf),
+        "wall_s": round(time.time() - t_start, 2),
+    }
+    if run_dir is not None:
+        from recadvisor.capture.metadata import host_facts
+
+        meta["host"] = host_facts()
+        meta["run_dir"] = str(run_dir)
+        write_run_metadata(run_dir, meta)
+    return meta
+
+
+def _percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.asarray(values)
+    return {
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p90": round(float(np.percentile(a, 90)), 3),
+        "p99": round(float(np.percentile(a, 99)), 3),
+        "mean": round(float(a.mean()), 3),
+    }
+
+
+def _versions(tf) -> dict[str, str]:
+    import platform
+
+    import recadvisor
+
+    return {
+        "tensorflow": tf.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "recadvisor": getattr(recadvisor, "__version__", "0"),
+    }

@@ -1,0 +1,81 @@
+import argparse
+import json
+
+import pytest
+
+from reference_model.config import TrainConfig, add_config_flags, config_to_flags, overrides_from_args
+from reference_model.presets import PRESETS, get_preset
+
+
+def _parse(flags: list[str]) -> TrainConfig:
+    p = argparse.ArgumentParser()
+    add_config_flags(p)
+    return TrainConfig().replace(**overrides_from_args(p.parse_args(flags)))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_flags_round_trip(name):
+    cfg = get_preset(name).config()
+    assert _parse(config_to_flags(cfg)) == cfg
+
+
+def test_json_round_trip(tmp_path):
+    cfg = get_preset("default").config()
+    cfg.to_json(tmp_path / "c.json")
+    assert TrainConfig.from_json(tmp_path / "c.json") == cfg
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        TrainConfig.from_json(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        TrainConfig.from_json(tmp_path / "bad.json")
+    (tmp_path / "keys.json").write_text(json.dumps({"batch_size": 8, "warp_drive": 1}))
+    with pytest.raises(ValueError, match="warp_drive"):
+        TrainConfig.from_json(tmp_path / "keys.json")
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"batch_size": 4097}, "divisible"),
+        ({"rows_per_record": 3000}, "multiple of --rows-per-record"),
+        ({"parse": "per_example"}, "needs --record-format example"),
+        ({"embedding_split": "column", "devices": 3, "batch_size": 3072}, "divisible by"),
+        ({"measure_steps": 0, "profile_steps": 0}, "nothing to run"),
+    ],
+)
+def test_invalid_combinations(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig().replace(**changes).validate()
+
+
+def test_more_devices_than_exist():
+    with pytest.raises(ValueError, match="only 2 accelerators"):
+        TrainConfig(devices=4).validate(max_devices=2)
+
+
+def test_anti_pattern_presets_differ_from_clean_only_in_their_knobs():
+    clean = get_preset("clean").config().to_dict()
+    for p in PRESETS.values():
+        if p.name in ("clean", "default"):
+            continue
+        cfg = p.config().to_dict()
+        changed = {k for k in cfg if cfg[k] != clean[k]}
+        assert changed == set(p.changes), p.name
+        assert p.expected_findings, p.name
+        p.config().validate()
+    assert get_preset("clean").expected_findings == ()
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="unknown preset"):
+        get_preset("fastest")
+
+
+def test_bad_flag_values_are_argparse_errors():
+    with pytest.raises(SystemExit):
+        _parse(["--xla", "maybe"])
+    with pytest.raises(SystemExit):
+        _parse(["--compression", "zstd"])
