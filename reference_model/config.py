@@ -33,6 +33,7 @@ class TrainConfig:
     eval_examples: int = 32_768
     shards: int = 16
     data_seed: int = 0
+    payload_bytes: int = 2048
     # --- tf.data input pipeline ---
     batch_size: int = 4096
     parse: ParseMode = "batched"

@@ -26,13 +26,14 @@ class Preset:
 _ALL = [
     Preset("clean", "best practice: prebatched uncompressed records, parallel interleave/map, "
            "prefetch, fused tables, XLA, 2 devices"),
-    Preset("io_stall", "slow remote storage: 400 ms per file open, 8 MB/s per reader",
-           {"storage_latency_ms": 400.0, "storage_bandwidth_mbps": 8.0}, ("io_stall",)),
+    Preset("io_stall", "slow remote storage: 300 ms per file open, 30 MB/s per reader",
+           {"storage_latency_ms": 300.0, "storage_bandwidth_mbps": 30.0}, ("io_stall",)),
     Preset("gzip", "GZIP-compressed TFRecords", {"compression": "gzip"}, ("input_preprocessing",)),
     Preset("casting", "float64 features cast by a host-side casting layer every step",
            {"cast": "host"}, ("convert_to_tensor_gaps",)),
-    Preset("low_parallelism", "interleave and map with parallelism 1",
-           {"cycle_length": 1, "interleave_parallelism": 1, "map_parallelism": 1},
+    Preset("low_parallelism", "a sequential input pipeline: interleave and map with "
+           "parallelism 1, no prefetch",
+           {"cycle_length": 1, "interleave_parallelism": 1, "map_parallelism": 1, "prefetch": 0},
            ("input_preprocessing",)),
     Preset("per_example", "one tf.train.Example per record, parsed one at a time",
            {"record_format": "example", "parse": "per_example"}, ("input_preprocessing",)),
@@ -42,9 +43,9 @@ _ALL = [
            {"devices": 8}, ("collective_overhead",)),
     Preset("small_ops_no_xla", "no XLA and one embedding table per feature: many tiny ops",
            {"xla": False, "fused_tables": False}, ("kernel_launch_overhead",)),
-    Preset("dstate_io", "16 parallel readers on files evicted from the page cache",
-           {"evict_page_cache": True, "cycle_length": 16, "interleave_parallelism": 16,
-            "threadpool": 24, "reader_buffer_kb": 16}, ("dstate_threads",)),
+    Preset("dstate_io", "32 parallel readers with small reads on files evicted from the page cache",
+           {"evict_page_cache": True, "cycle_length": 32, "interleave_parallelism": 32,
+            "threadpool": 48, "reader_buffer_kb": 4}, ("dstate_threads",)),
     Preset("default", "seed 000's starting job: per-example GZIP records, parallelism 1, no "
            "prefetch, float64 + casting layer, serial per-device copies, 4 devices, no XLA, "
            "unfused tables",

@@ -59,7 +59,7 @@ class PageCacheEvictor:
     """Keeps the data files out of the page cache, as when the dataset is far larger than RAM:
     every read then goes to the device and the reader threads wait in uninterruptible sleep."""
 
-    def __init__(self, paths: Sequence[str], interval_s: float = 0.02) -> None:
+    def __init__(self, paths: Sequence[str], interval_s: float = 0.5) -> None:
         self.paths = list(paths)
         self.interval_s = interval_s
         self._stop = threading.Event()

@@ -29,7 +29,8 @@ def default_cache_root() -> Path:
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", disable=not enabled, leave=False, file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit="step", disable=None if enabled else True,
+                leave=False, file=sys.stderr)
 
 
 def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
@@ -52,7 +53,9 @@ def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
                 f"not divide --batch-size {cfg.batch_size}"
             )
         return data_dir, manifest
-    schema = Schema(cardinalities=cfg.cardinalities) if cfg.cardinalities else Schema()
+    schema = Schema(
+        cardinalities=cfg.cardinalities or Schema().cardinalities, payload_bytes=cfg.payload_bytes
+    )
     path = ensure_dataset(
         cache_root,
         schema=schema,
@@ -136,7 +139,12 @@ def run_training(
     iterator = iter(build_dataset(cfg, manifest))
 
     def step() -> Any:
-        batch = next(iterator)
+        try:
+            batch = next(iterator)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            # A truncated or corrupt record surfaces here, inside TF's reader.
+            reason = e.message.split("}} ")[-1].split(" [Op:")[0].splitlines()[0]
+            raise ValueError(f"unreadable data in {data_path}: {reason}") from None
         dense, ids, labels = host_casting_layer(batch) if cfg.cast == "host" else batch
         if cfg.input_copy == "serial":
             x = serial_device_copies(model, dense, ids, labels)

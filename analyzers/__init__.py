@@ -1,0 +1,1 @@
+"""Trace analysis: TensorBoard logdirs -> event table -> findings. Never imports TensorFlow."""

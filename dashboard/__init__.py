@@ -1,0 +1,1 @@
+"""Streamlit dashboard over analyzers and tuner results."""

@@ -1,0 +1,5 @@
+import sys
+
+from recadvisor.cli import main
+
+sys.exit(main())

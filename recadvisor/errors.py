@@ -1,0 +1,23 @@
+"""Errors the CLI reports as one line (bad input), as opposed to bugs (tracebacks on request)."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input or environment: printed as one line, exit code `code` (2 by default)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# Exceptions that mean "the input is wrong", not "recadvisor is wrong".
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    UserError,
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    OSError,
+)

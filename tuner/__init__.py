@@ -1,0 +1,1 @@
+"""Optuna search over the reference trainer's knobs, warm-started from the findings."""
