@@ -33,7 +33,11 @@ def run_preset(name: str, steps: int | None, timeout: int) -> dict:
         tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
         return {"error": tail[0], "wall_s": wall}
     meta = json.loads(proc.stdout)
-    return {"samples_per_s": meta["samples_per_s"], "wall_s": wall, "p50": meta["step_time_ms"]["p50"]}
+    return {
+        "samples_per_s": meta["samples_per_s"],
+        "wall_s": wall,
+        "p50": meta["step_time_ms"]["p50"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,24 +60,35 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             res = run_preset(n, args.steps, args.timeout)
             runs[n].append(res)
-            shown = f"{res['samples_per_s']:,.0f} samples/s" if "samples_per_s" in res else res["error"]
+            shown = (
+                f"{res['samples_per_s']:,.0f} samples/s" if "samples_per_s" in res else res["error"]
+            )
             console.log(f"repeat {r + 1}/{args.repeats} {n}: {shown} ({res['wall_s']:.0f} s)")
     rows = []
     for n in names:
         ok = [x["samples_per_s"] for x in runs[n] if "samples_per_s" in x]
-        rows.append({
-            "preset": n,
-            "median_samples_per_s": statistics.median(ok) if ok else None,
-            "min": min(ok) if ok else None,
-            "max": max(ok) if ok else None,
-            "runs": len(ok),
-            "median_wall_s": statistics.median(x["wall_s"] for x in runs[n]),
-            "errors": [x["error"] for x in runs[n] if "error" in x],
-        })
+        rows.append(
+            {
+                "preset": n,
+                "median_samples_per_s": statistics.median(ok) if ok else None,
+                "min": min(ok) if ok else None,
+                "max": max(ok) if ok else None,
+                "runs": len(ok),
+                "median_wall_s": statistics.median(x["wall_s"] for x in runs[n]),
+                "errors": [x["error"] for x in runs[n] if "error" in x],
+            }
+        )
     clean = next(r["median_samples_per_s"] for r in rows if r["preset"] == "clean")
     table = Table(title=f"Reference-trainer presets ({args.repeats} runs each, medians)")
-    for col in ("preset", "samples/s", "min-max", "ratio to clean", "slower than clean",
-                "wall s", "expected finding"):
+    for col in (
+        "preset",
+        "samples/s",
+        "min-max",
+        "ratio to clean",
+        "slower than clean",
+        "wall s",
+        "expected finding",
+    ):
         table.add_column(col, justify="left" if col in ("preset", "expected finding") else "right")
     for r in rows:
         med = r["median_samples_per_s"]
@@ -81,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         r["ratio_to_clean"] = ratio
         # "Slower" means even the fastest run of the preset is below the slowest clean run.
         clean_min = next(x["min"] for x in rows if x["preset"] == "clean")
-        slower = "-" if r["preset"] == "clean" else ("yes" if r["max"] and r["max"] < clean_min else "NO")
+        slower = (
+            "-"
+            if r["preset"] == "clean"
+            else ("yes" if r["max"] and r["max"] < clean_min else "NO")
+        )
         table.add_row(
             r["preset"],
             f"{med:,.0f}" if med else "failed",

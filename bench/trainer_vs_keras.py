@@ -134,8 +134,10 @@ def keras_worker(steps: int, warmup: int) -> dict:
     for i, w in enumerate(top):
         y = keras.layers.Dense(w, activation=None if i == len(top) - 1 else "relu")(y)
     model = keras.Model([dense_in, *cat_in], y)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.BinaryCrossentropy(from_logits=True),
+    )
 
     class Timer(keras.callbacks.Callback):
         def __init__(self):
@@ -148,8 +150,10 @@ def keras_worker(steps: int, warmup: int) -> dict:
     timer = Timer()
     model.fit(ds, epochs=1, steps_per_epoch=warmup + steps, verbose=0, callbacks=[timer])
     t = timer.times[warmup - 1 :]
-    return {"samples_per_s": cfg.batch_size * steps / (t[-1] - t[0]),
-            "step_ms": 1e3 * statistics.median(b - a for a, b in zip(t, t[1:], strict=False))}
+    return {
+        "samples_per_s": cfg.batch_size * steps / (t[-1] - t[0]),
+        "step_ms": 1e3 * statistics.median(b - a for a, b in zip(t, t[1:], strict=False)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,13 +178,26 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     ours, theirs = [], []
     for r in range(args.repeats):
-        m = sub(["-m", "recadvisor", "train", "--preset", "clean", "--json", "--no-progress",
-                 "--steps", str(args.steps)])
+        m = sub(
+            [
+                "-m",
+                "recadvisor",
+                "train",
+                "--preset",
+                "clean",
+                "--json",
+                "--no-progress",
+                "--steps",
+                str(args.steps),
+            ]
+        )
         ours.append((m["samples_per_s"], m["step_time_ms"]["p50"]))
         k = sub([__file__, "--worker", "keras", "--steps", str(args.steps)])
         theirs.append((k["samples_per_s"], k["step_ms"]))
-        console.log(f"repeat {r + 1}: recadvisor clean {ours[-1][0]:,.0f} samples/s, "
-                    f"keras fit {theirs[-1][0]:,.0f} samples/s")
+        console.log(
+            f"repeat {r + 1}: recadvisor clean {ours[-1][0]:,.0f} samples/s, "
+            f"keras fit {theirs[-1][0]:,.0f} samples/s"
+        )
     peak_flops, peak_bw = sub([__file__, "--worker", "peaks"])
     cfg = get_preset("clean").config()
     flops, bytes_ = step_cost(cfg, Schema().num_cat)
@@ -189,18 +206,33 @@ def main(argv: list[str] | None = None) -> int:
     theirs_sps = statistics.median(x[0] for x in theirs)
     ours_ms = 1e3 * cfg.batch_size / ours_sps
     theirs_ms = 1e3 * cfg.batch_size / theirs_sps
-    table = Table(title=f"clean preset vs Keras model.fit, batch {cfg.batch_size} "
-                        f"(medians of {args.repeats})")
+    table = Table(
+        title=f"clean preset vs Keras model.fit, batch {cfg.batch_size} (medians of {args.repeats})"
+    )
     for c in ("job", "samples/s", "ratio to Keras", "step ms", "roofline ms", "% of roofline"):
         table.add_column(c, justify="left" if c == "job" else "right")
-    table.add_row("recadvisor train --preset clean", f"{ours_sps:,.0f}", f"{ours_sps / theirs_sps:.2f}x",
-                  f"{ours_ms:.1f}", f"{roof_ms:.1f}", f"{100 * roof_ms / ours_ms:.0f}%")
-    table.add_row("Keras model.fit (per-example tf.data)", f"{theirs_sps:,.0f}", "1.00x",
-                  f"{theirs_ms:.1f}", f"{roof_ms:.1f}", f"{100 * roof_ms / theirs_ms:.0f}%")
+    table.add_row(
+        "recadvisor train --preset clean",
+        f"{ours_sps:,.0f}",
+        f"{ours_sps / theirs_sps:.2f}x",
+        f"{ours_ms:.1f}",
+        f"{roof_ms:.1f}",
+        f"{100 * roof_ms / ours_ms:.0f}%",
+    )
+    table.add_row(
+        "Keras model.fit (per-example tf.data)",
+        f"{theirs_sps:,.0f}",
+        "1.00x",
+        f"{theirs_ms:.1f}",
+        f"{roof_ms:.1f}",
+        f"{100 * roof_ms / theirs_ms:.0f}%",
+    )
     Console().print(table)
-    print(f"roofline inputs: {flops / 1e9:.2f} GFLOP and {bytes_ / 1e6:.1f} MB per step; "
-          f"measured peaks {peak_flops / 1e9:.0f} GFLOP/s (2048^3 matmul), "
-          f"{peak_bw / 1e9:.1f} GB/s (streaming scale)")
+    print(
+        f"roofline inputs: {flops / 1e9:.2f} GFLOP and {bytes_ / 1e6:.1f} MB per step; "
+        f"measured peaks {peak_flops / 1e9:.0f} GFLOP/s (2048^3 matmul), "
+        f"{peak_bw / 1e9:.1f} GB/s (streaming scale)"
+    )
     return 0
 
 

@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Performance advisor for training recommender models in TensorFlow: "
         "profile a job, name the root causes, tune the fix.",
     )
-    parser.add_argument("--version", action="version", version=f"recadvisor {recadvisor.__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"recadvisor {recadvisor.__version__}"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         module = _load(name)

@@ -151,7 +151,9 @@ def _parse_ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 _CHOICES = {
@@ -183,14 +185,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         else:
             kw["type"] = _parse_ints
             kw["metavar"] = "N,N,..."
-        kw["help"] = f"(default {default if not isinstance(default, tuple) else ','.join(map(str, default))})"
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        kw["help"] = f"(default {shown})"
         group.add_argument(_flag(f.name), **kw)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None
-    }
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
 
 
 def config_to_flags(cfg: TrainConfig, base: TrainConfig | None = None) -> list[str]:

@@ -7,6 +7,7 @@ speedup.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 
@@ -38,13 +39,11 @@ def setup_devices(n: int) -> DeviceSet:
         names = tuple(f"/device:GPU:{i}" for i in range(n))
         return DeviceSet(names=names, kind="GPU", host="/device:CPU:0")
     cpus = tf.config.list_physical_devices("CPU")
-    try:
+    # RuntimeError: the runtime is already up (a second run in one process): reuse what exists.
+    with contextlib.suppress(RuntimeError):
         tf.config.set_logical_device_configuration(
             cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
         )
-    except RuntimeError:
-        # The runtime is already up (a second run in one process, e.g. tests): reuse what exists.
-        pass
     logical = tf.config.list_logical_devices("CPU")
     if len(logical) < n:
         raise ValueError(

@@ -25,7 +25,7 @@ from reference_model.model import DenseReplica, dense_forward, logits, table_ini
 
 
 def place_tables(cardinalities: tuple[int, ...], n: int) -> list[list[int]]:
-    """Table-wise placement: largest tables first onto the least-loaded device (rows, then count)."""
+    """Table-wise placement: largest tables first onto the least-loaded device."""
     if n > len(cardinalities):
         raise ValueError(f"table-wise split needs at most {len(cardinalities)} devices, got {n}")
     load = [(0, 0)] * n
@@ -61,7 +61,9 @@ class EmbeddingShard(tf.Module):
                 self.offsets = tf.constant(offsets, tf.int32)
                 self.vars = [tf.Variable(np.concatenate(inits), name="fused_table")]
             else:
-                self.vars = [tf.Variable(a, name=f"table_{t}") for a, t in zip(inits, tables, strict=True)]
+                self.vars = [
+                    tf.Variable(a, name=f"table_{t}") for a, t in zip(inits, tables, strict=True)
+                ]
         self.table_index = tf.constant(tables, tf.int32)
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
@@ -69,7 +71,9 @@ class EmbeddingShard(tf.Module):
         if self.fused:
             local = tf.gather(ids, self.table_index, axis=1) + self.offsets
             return tf.gather(self.vars[0], local)
-        return tf.stack([tf.gather(v, ids[:, t]) for v, t in zip(self.vars, self.tables, strict=True)], 1)
+        return tf.stack(
+            [tf.gather(v, ids[:, t]) for v, t in zip(self.vars, self.tables, strict=True)], 1
+        )
 
 
 @dataclass
@@ -80,7 +84,9 @@ class StepInputs:
 
 
 class HybridDLRM:
-    def __init__(self, cfg: TrainConfig, devices: DeviceSet, cardinalities: tuple[int, ...], num_dense: int):
+    def __init__(
+        self, cfg: TrainConfig, devices: DeviceSet, cardinalities: tuple[int, ...], num_dense: int
+    ):
         self.cfg = cfg
         self.devices = devices
         self.n = devices.count
@@ -123,7 +129,9 @@ class HybridDLRM:
         def replica_step(dense_x, emb, labels):
             with tf.GradientTape() as tape:
                 tape.watch(emb)
-                loss = dense_forward(replica, dense_x, emb, labels, self.global_batch, self.compute_dtype)
+                loss = dense_forward(
+                    replica, dense_x, emb, labels, self.global_batch, self.compute_dtype
+                )
                 scaled = loss * self.loss_scale
             grads = tape.gradient(scaled, [*replica.weights, emb])
             grads = [g / self.loss_scale for g in grads] if self.loss_scale != 1.0 else grads
@@ -229,7 +237,7 @@ class HybridDLRM:
         return out
 
     def _step_host(self, dense, ids, labels) -> tf.Tensor:
-        """Inputs on the host; per-device copies are part of the graph, so the executor overlaps them."""
+        """Inputs on the host: per-device copies are in the graph, so the executor overlaps them."""
         with tf.name_scope("distribute_inputs"):
             x = self.split_in_graph(dense, ids, labels)
         return self._step_placed(x.dense, x.ids, x.labels)

@@ -35,7 +35,9 @@ def interaction_size(num_cat: int, dim: int) -> int:
     return n * (n - 1) // 2 + dim
 
 
-def dense_layer_sizes(cfg: TrainConfig, num_cat: int) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+def dense_layer_sizes(
+    cfg: TrainConfig, num_cat: int
+) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
     """(bottom sizes incl. the projection to the embedding width, top input width, top sizes)."""
     bottom = (*cfg.bottom_mlp, cfg.embedding_dim)
     top = (*cfg.top_mlp, 1)
@@ -57,7 +59,9 @@ class DenseReplica(tf.Module):
             self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.weights]
             self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.weights]
 
-    def layers(self) -> tuple[list[tuple[tf.Variable, tf.Variable]], list[tuple[tf.Variable, tf.Variable]]]:
+    def layers(
+        self,
+    ) -> tuple[list[tuple[tf.Variable, tf.Variable]], list[tuple[tf.Variable, tf.Variable]]]:
         pairs = list(zip(self.weights[0::2], self.weights[1::2], strict=True))
         return pairs[: self.num_bottom], pairs[self.num_bottom :]
 

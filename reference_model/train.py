@@ -29,8 +29,14 @@ def default_cache_root() -> Path:
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", disable=None if enabled else True,
-                leave=False, file=sys.stderr)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="step",
+        disable=None if enabled else True,
+        leave=False,
+        file=sys.stderr,
+    )
 
 
 def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
@@ -152,7 +158,9 @@ def run_training(
         return model.step_host(dense, ids, labels)
 
     evictor = (
-        PageCacheEvictor(manifest.files("train")) if cfg.evict_page_cache else contextlib.nullcontext()
+        PageCacheEvictor(manifest.files("train"))
+        if cfg.evict_page_cache
+        else contextlib.nullcontext()
     )
     step_ms: list[float] = []
     losses: list[float] = []

@@ -10,7 +10,12 @@ import json
 import shlex
 from pathlib import Path
 
-from reference_model.config import TrainConfig, add_config_flags, config_to_flags, overrides_from_args
+from reference_model.config import (
+    TrainConfig,
+    add_config_flags,
+    config_to_flags,
+    overrides_from_args,
+)
 from reference_model.presets import PRESETS, get_preset
 
 

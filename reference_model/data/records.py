@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from reference_model.schema import CAT_NAMES, DENSE_NAMES, LABEL_NAME, PAYLOAD_NAME, Schema

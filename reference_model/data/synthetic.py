@@ -40,7 +40,9 @@ def _payload(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
     return vocab[tokens].reshape(n, -1)[:, :size]
 
 
-def generate(schema: Schema, num_examples: int, seed: int, *, zipf_a: float = 1.2) -> dict[str, np.ndarray]:
+def generate(
+    schema: Schema, num_examples: int, seed: int, *, zipf_a: float = 1.2
+) -> dict[str, np.ndarray]:
     """Columns {"label": f32 [n], "dense": f32 [n, 13], "cat": i64 [n, 26]} and, when the schema
     has a payload, "payload": u8 [n, payload_bytes]."""
     if num_examples < 0:

@@ -3,7 +3,12 @@ import json
 
 import pytest
 
-from reference_model.config import TrainConfig, add_config_flags, config_to_flags, overrides_from_args
+from reference_model.config import (
+    TrainConfig,
+    add_config_flags,
+    config_to_flags,
+    overrides_from_args,
+)
 from reference_model.presets import PRESETS, get_preset
 
 

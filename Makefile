@@ -1,0 +1,35 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both create .venv when missing
+# and (re)install only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-fast lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing recadvisor with TensorFlow (CPU) and dev tools into $(VENV)"
+	$(BIN)/python -m pip install --progress-bar on -e '.[tf,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	bash scripts/demo.sh
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache test-artifacts

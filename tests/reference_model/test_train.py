@@ -1,0 +1,131 @@
+"""End-to-end runs of `recadvisor train` (TensorFlow training on the CPU)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recadvisor.capture import METADATA_FILE, read_run_metadata
+
+SMALL_RUN = [
+    "--batch-size",
+    "1024",
+    "--warmup-steps",
+    "2",
+    "--measure-steps",
+    "4",
+    "--profile-steps",
+    "2",
+    "--train-examples",
+    "16384",
+    "--eval-examples",
+    "8192",
+    "--shards",
+    "4",
+    "--payload-bytes",
+    "64",
+    "--no-progress",
+]
+
+
+def _train(tmp_path: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recadvisor",
+            "train",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_clean_run_learns_and_writes_a_profiled_logdir(tmp_path):
+    logdir = tmp_path / "logdir"
+    # 16 epochs-worth of small steps: enough for the synthetic label's signal to be learned.
+    proc = _train(
+        tmp_path,
+        "--preset",
+        "clean",
+        "--logdir",
+        str(logdir),
+        "--eval",
+        "--json",
+        *SMALL_RUN,
+        "--measure-steps",
+        "200",
+        "--train-examples",
+        "65536",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta = json.loads(proc.stdout)
+    assert meta["eval_auc"] > 0.6
+    assert meta["samples_per_s"] > 0 and meta["step_time_ms"]["p50"] > 0
+    run_dir = Path(meta["run_dir"])
+    assert run_dir.parent == logdir / "plugins" / "profile"
+    assert list(run_dir.glob("*.xplane.pb"))
+    on_disk = read_run_metadata(run_dir)
+    assert on_disk["preset"] == "clean" and on_disk["config"]["xla"] is True
+    assert on_disk["profile_window"]["last_step"] - on_disk["profile_window"]["first_step"] == 1
+    assert (run_dir / METADATA_FILE).exists()
+
+
+@pytest.mark.slow
+def test_default_preset_runs_every_anti_pattern_path(tmp_path):
+    proc = _train(tmp_path, "--preset", "default", "--json", *SMALL_RUN)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta = json.loads(proc.stdout)
+    assert meta["config"]["cast"] == "host" and meta["devices"]["count"] == 4
+    assert meta["dataset"]["format"] == "example" and meta["dataset"]["compression"] == "gzip"
+
+
+@pytest.mark.slow
+def test_bad_data_directory_is_a_one_line_error(tmp_path):
+    proc = _train(tmp_path, "--data", str(tmp_path / "missing"), *SMALL_RUN)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("recadvisor train: error: dataset")
+    data = tmp_path / "data"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recadvisor",
+            "data",
+            "--out",
+            str(data),
+            "--examples",
+            "4096",
+            "--eval-examples",
+            "0",
+            "--shards",
+            "1",
+            "--payload-bytes",
+            "64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    shard = next(data.glob("train-*"))
+    shard.write_bytes(shard.read_bytes()[:5000] * 3)  # records cut mid-way: a corrupt file
+    proc = _train(tmp_path, "--data", str(data), *SMALL_RUN)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "unreadable data" in last and "Traceback" not in proc.stderr
+
+
+def test_bad_flags_exit_2(tmp_path):
+    assert _train(tmp_path, "--preset", "nope").returncode == 2
+    proc = _train(tmp_path, "--batch-size", "1000", "--devices", "3")
+    assert proc.returncode == 2 and "divisible" in proc.stderr
+    proc = _train(tmp_path, "--config", str(tmp_path / "none.json"))
+    assert proc.returncode == 2 and "config file not found" in proc.stderr
