@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both create .venv when missing
-# and (re)install only when pyproject.toml changed.
-PYTHON ?= python3
+# and (re)install only when pyproject.toml is newer than the last install.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
@@ -13,7 +13,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "==> installing recadvisor with TensorFlow (CPU) and dev tools into $(VENV)"
-	$(BIN)/python -m pip install --progress-bar on -e '.[tf,dev]'
+	$(BIN)/python -m pip install --progress-bar off -e '.[tf,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,3 +33,4 @@ lint: install
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache test-artifacts
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -57,29 +57,26 @@ def step_cost(cfg: TrainConfig, num_cat: int) -> tuple[float, float]:
     return float(flops), float(bytes_)
 
 
+def _median_seconds(fn, arg, runs: int = 10) -> float:
+    import numpy as np
+
+    fn(arg)  # trace and warm up
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn(arg).numpy()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
 def machine_peaks() -> tuple[float, float]:
     """(matmul FLOP/s, memory bytes/s) measured with TensorFlow on this machine, medians."""
-    import numpy as np
     import tensorflow as tf
 
     a = tf.random.normal((2048, 2048))
-    mm = tf.function(lambda x: tf.matmul(x, x))
-    mm(a)
-    ts = []
-    for _ in range(10):
-        t = time.perf_counter()
-        mm(a).numpy()
-        ts.append(time.perf_counter() - t)
-    flops = 2 * 2048**3 / float(np.median(ts))
+    flops = 2 * 2048**3 / _median_seconds(tf.function(lambda x: tf.matmul(x, x)), a)
     x = tf.random.normal((32 * 1024 * 1024,))
-    scale = tf.function(lambda v: v * 2.0)
-    scale(x)
-    ts = []
-    for _ in range(10):
-        t = time.perf_counter()
-        scale(x).numpy()
-        ts.append(time.perf_counter() - t)
-    bw = 2 * x.shape[0] * 4 / float(np.median(ts))
+    bw = 2 * x.shape[0] * 4 / _median_seconds(tf.function(lambda v: v * 2.0), x)
     return flops, bw
 
 

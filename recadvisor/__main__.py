@@ -1,5 +1,8 @@
+"""`python -m recadvisor`: the same as the `recadvisor` console script."""
+
 import sys
 
 from recadvisor.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

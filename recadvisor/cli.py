@@ -1,8 +1,20 @@
 """The `recadvisor` command: one subcommand per capability, each in the package that owns it.
 
-A subcommand module exposes `add_parser(subparsers)` and `run(args) -> int`. Modules are imported
-here only to register their flags; none may import TensorFlow at import time, so `--help` is fast
-and the analyzer path works where TensorFlow is not installed.
+Registry contract. Every module named in `SUBCOMMAND_MODULES` exposes
+
+    add_parser(subparsers) -> None   # subparsers.add_parser("name", ...) once or more
+    run(args: argparse.Namespace) -> int
+
+`add_parser` may register several subcommands (analyzers.cli: `analyze` and `diff`); every
+subcommand it adds is dispatched to that module's `run`. Each module is imported to register its
+flags, so its module level must stay light: no TensorFlow (nor Streamlit) import at import time;
+import heavy things inside `run`. That keeps `recadvisor --help` fast and lets the analyzer path
+run where TensorFlow is not installed. A module that does not exist yet is skipped.
+
+Errors. `run` raises `recadvisor.errors.UserError` (or ValueError / OSError and its subclasses)
+for bad input: printed as one line `recadvisor <cmd>: error: <message>`, exit code 2 (or
+`UserError.code`). Anything else is a bug: one line, exit 1; RECADVISOR_DEBUG=1 adds the
+traceback.
 """
 
 from __future__ import annotations
@@ -11,12 +23,14 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Sequence
+from types import ModuleType
 
 import recadvisor
 from recadvisor.errors import USER_ERRORS, UserError
 
-# In CLI order. Modules that do not exist yet (capabilities still being built) are left out.
+# In `--help` order. A module not built yet is skipped silently.
 SUBCOMMAND_MODULES: list[str] = [
     "reference_model.data.cli",  # data
     "reference_model.train_cli",  # train
@@ -26,17 +40,29 @@ SUBCOMMAND_MODULES: list[str] = [
     "dashboard.cli",  # dashboard
 ]
 
+_COMMAND_DEST = "_recadvisor_command"
+_RUN_DEST = "_recadvisor_run"
 
-def _load(name: str):
+
+def _debug() -> bool:
+    return os.environ.get("RECADVISOR_DEBUG", "") not in ("", "0")
+
+
+def _load(name: str) -> ModuleType | None:
+    """Import a registered module; None when that module (or its package) does not exist.
+
+    A ModuleNotFoundError for anything else (a missing dependency, a typo inside the module) is
+    a real error and propagates.
+    """
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as e:
-        if e.name is not None and name.startswith(e.name):
+        if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
             return None
         raise
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recadvisor",
         description="Performance advisor for training recommender models in TensorFlow: "
@@ -45,48 +71,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"recadvisor {recadvisor.__version__}"
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
+    subparsers = parser.add_subparsers(dest=_COMMAND_DEST, metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES if modules is None else modules:
         module = _load(name)
         if module is None:
             continue
         before = set(subparsers.choices)
         module.add_parser(subparsers)
         for cmd in set(subparsers.choices) - before:
-            subparsers.choices[cmd].set_defaults(_run=module.run)
+            subparsers.choices[cmd].set_defaults(**{_RUN_DEST: module.run})
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
     if not argv:
         parser.print_usage(sys.stderr)
         print("recadvisor: error: a command is required (see recadvisor --help)", file=sys.stderr)
         return 2
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse: usage error (2) or --help/--version (0)
-        return int(e.code or 0)
-    if getattr(args, "_run", None) is None:
+    except SystemExit as e:  # argparse: usage error (2) or --help / --version (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    run = getattr(args, _RUN_DEST, None)
+    if run is None:
         parser.print_usage(sys.stderr)
+        print("recadvisor: error: a command is required (see recadvisor --help)", file=sys.stderr)
         return 2
+    cmd = getattr(args, _COMMAND_DEST)
     try:
-        return int(args._run(args) or 0)
+        return int(run(args) or 0)
     except KeyboardInterrupt:
-        print(f"recadvisor {args.command}: interrupted", file=sys.stderr)
+        print(f"recadvisor {cmd}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `recadvisor ... | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return 141
     except USER_ERRORS as e:
-        if os.environ.get("RECADVISOR_DEBUG") == "1":
-            raise
         code = e.code if isinstance(e, UserError) else 2
-        print(f"recadvisor {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        if _debug():
+            traceback.print_exc()
+        print(f"recadvisor {cmd}: error: {_one_line(e)}", file=sys.stderr)
         return code
-    except Exception as e:  # a bug: short by default, the traceback on request
-        if os.environ.get("RECADVISOR_DEBUG") == "1":
-            raise
+    except Exception as e:  # a bug: one line by default, the traceback on request
+        if _debug():
+            traceback.print_exc()
+            return 1
         print(
-            f"recadvisor {args.command}: internal error: {type(e).__name__}: {_one_line(e)} "
+            f"recadvisor {cmd}: internal error: {type(e).__name__}: {_one_line(e)} "
             "(set RECADVISOR_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
@@ -94,8 +127,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ class UserError(Exception):
         self.code = code
 
 
-# Exceptions that mean "the input is wrong", not "recadvisor is wrong".
+# Exceptions that mean "the input is wrong", not "recadvisor is wrong". OSError covers
+# FileNotFoundError, NotADirectoryError, IsADirectoryError and PermissionError; they are listed
+# for the reader.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
     ValueError,

@@ -29,24 +29,24 @@ class TrainConfig:
     record_format: RecordFormat = "prebatched"
     compression: Compression = "none"
     rows_per_record: int = 1024
-    train_examples: int = 262_144
+    train_examples: int = 131_072
     eval_examples: int = 32_768
     shards: int = 16
     data_seed: int = 0
-    payload_bytes: int = 2048
+    payload_bytes: int = 4096
     # --- tf.data input pipeline ---
     batch_size: int = 4096
     parse: ParseMode = "batched"
     cycle_length: int = 4
     block_length: int = 1
-    interleave_parallelism: int = AUTOTUNE
-    map_parallelism: int = AUTOTUNE
+    interleave_parallelism: int = 4
+    map_parallelism: int = 1
     prefetch: int = 2
     threadpool: int = 0
     cast: CastMode = "pipeline"
-    # --- emulated storage (0 = local disk as it is) ---
-    storage_latency_ms: float = 0.0
-    storage_bandwidth_mbps: float = 0.0
+    # --- emulated storage: good network storage by default (0 and 0 = local disk as it is) ---
+    storage_latency_ms: float = 5.0
+    storage_bandwidth_mbps: float = 150.0
     evict_page_cache: bool = False
     reader_buffer_kb: int = 256
     # --- devices and parallelism ---
@@ -64,8 +64,8 @@ class TrainConfig:
     embedding_lr: float = 0.05
     seed: int = 0
     # --- run lengths ---
-    warmup_steps: int = 8
-    measure_steps: int = 30
+    warmup_steps: int = 10
+    measure_steps: int = 60
     profile_steps: int = 6
     cardinalities: tuple[int, ...] | None = field(default=None)
 

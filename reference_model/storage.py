@@ -32,15 +32,20 @@ def open_records(
 ) -> tf.data.Dataset:
     """A TFRecordDataset for one file that pays `open_latency_ms` before its first record and
     reads at most `bandwidth_mbps` (per reader) afterwards."""
-    records = tf.data.TFRecordDataset(
-        path, compression_type="GZIP" if compression == "gzip" else "", buffer_size=buffer_bytes
+    # The file is opened inside flat_map, after the (emulated) open latency has passed. The
+    # bandwidth sleep sits inside the flat_map function too: chained after it, an error in the
+    # file (a truncated record) left TF 2.21's iterator teardown hanging.
+    per_record_us = int(record_bytes / (bandwidth_mbps * 1e6) * 1e6) if bandwidth_mbps > 0 else 0
+    opened = _sleep(tf.data.Dataset.from_tensors(path), int(open_latency_ms * 1000))
+    return opened.flat_map(
+        lambda p: _sleep(
+            tf.data.TFRecordDataset(
+                p, compression_type="GZIP" if compression == "gzip" else "",
+                buffer_size=buffer_bytes,
+            ),
+            per_record_us,
+        )
     )
-    if bandwidth_mbps > 0:
-        records = _sleep(records, int(record_bytes / (bandwidth_mbps * 1e6) * 1e6))
-    if open_latency_ms > 0:
-        opener = _sleep(tf.data.Dataset.range(1), int(open_latency_ms * 1000))
-        records = opener.flat_map(lambda _: records)
-    return records
 
 
 def drop_from_page_cache(paths: Sequence[str]) -> None:

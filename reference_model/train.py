@@ -16,6 +16,8 @@ import numpy as np
 
 from reference_model.config import TrainConfig
 
+_ABANDONED_ITERATORS: list[Any] = []
+
 
 def default_cache_root() -> Path:
     import os
@@ -40,7 +42,7 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
-    from reference_model.data.cache import ensure_dataset
+    from reference_model.data.cache import DatasetSpec, ensure_dataset
     from reference_model.data.manifest import Manifest
     from reference_model.schema import Schema
 
@@ -62,8 +64,7 @@ def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
     schema = Schema(
         cardinalities=cfg.cardinalities or Schema().cardinalities, payload_bytes=cfg.payload_bytes
     )
-    path = ensure_dataset(
-        cache_root,
+    spec = DatasetSpec(
         schema=schema,
         fmt=cfg.record_format,
         rows_per_record=cfg.rows_per_record if cfg.record_format == "prebatched" else 1,
@@ -73,6 +74,7 @@ def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
         num_shards=cfg.shards,
         seed=cfg.data_seed,
     )
+    path = ensure_dataset(cache_root, spec)
     return path, Manifest.load(path)
 
 
@@ -148,7 +150,10 @@ def run_training(
         try:
             batch = next(iterator)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            # A truncated or corrupt record surfaces here, inside TF's reader.
+            # A truncated or corrupt record surfaces here, inside TF's reader. The iterator is
+            # kept alive: tearing it down while emulated-storage readers sleep and re-open files
+            # can block for a long time in TF 2.21, and the process is about to report and exit.
+            _ABANDONED_ITERATORS.append(iterator)
             reason = e.message.split("}} ")[-1].split(" [Op:")[0].splitlines()[0]
             raise ValueError(f"unreadable data in {data_path}: {reason}") from None
         dense, ids, labels = host_casting_layer(batch) if cfg.cast == "host" else batch

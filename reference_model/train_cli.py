@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    # TensorFlow's C++ INFO/WARNING lines would drown the progress bars; errors still show.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from reference_model.train import run_training
 
     meta = run_training(

@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference_model.data.cache import generate_dataset
+    from reference_model.data.cache import DatasetSpec, generate_dataset
     from reference_model.data.writer import write_dataset
 
     if args.examples <= 0 or args.eval_examples < 0 or args.shards <= 0:
@@ -68,12 +68,13 @@ def run(args: argparse.Namespace) -> int:
             progress=True,
         )
     else:
-        manifest = generate_dataset(
-            out, schema=schema, fmt=args.format, rows_per_record=args.rows_per_record,
+        spec = DatasetSpec(
+            schema=schema, fmt=args.format, rows_per_record=args.rows_per_record,
             compression=args.compression, num_examples=args.examples,
             eval_examples=args.eval_examples, num_shards=args.shards, seed=args.seed,
-            zipf_a=args.zipf_a, progress=True,
+            zipf_a=args.zipf_a,
         )
+        manifest = generate_dataset(out, spec, progress=True)
     files = sum(len(s["files"]) for s in manifest.splits.values())
     size = sum(f["bytes"] for s in manifest.splits.values() for f in s["files"])
     counts = ", ".join(f"{k} {v['num_examples']:,}" for k, v in manifest.splits.items())

@@ -1,9 +1,10 @@
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from reference_model.data.cache import ensure_dataset, generate_dataset
+from reference_model.data.cache import DatasetSpec, ensure_dataset, generate_dataset
 from reference_model.data.criteo_tsv import read_criteo_tsv
 from reference_model.data.manifest import Manifest
 from reference_model.data.synthetic import generate
@@ -69,8 +70,8 @@ def _read_all(manifest: Manifest, split: str) -> dict:
 def test_per_example_and_prebatched_yield_same_examples(tmp_path, compression):
     kw = dict(schema=SMALL, compression=compression, num_examples=2048, eval_examples=512,
               num_shards=3, seed=5)
-    ex = generate_dataset(tmp_path / "ex", fmt="example", rows_per_record=1, **kw)
-    pb = generate_dataset(tmp_path / "pb", fmt="prebatched", rows_per_record=256, **kw)
+    ex = generate_dataset(tmp_path / "ex", DatasetSpec(fmt="example", rows_per_record=1, **kw))
+    pb = generate_dataset(tmp_path / "pb", DatasetSpec(fmt="prebatched", rows_per_record=256, **kw))
     a, b = _read_all(ex, "train"), _read_all(pb, "train")
     truth = generate(SMALL, 2048, 5)
     for k in a:
@@ -82,17 +83,17 @@ def test_per_example_and_prebatched_yield_same_examples(tmp_path, compression):
 
 
 def test_prebatched_drops_partial_record(tmp_path):
-    m = generate_dataset(tmp_path / "d", schema=SMALL, fmt="prebatched", rows_per_record=300,
-                         compression="none", num_examples=1000, eval_examples=0, num_shards=2,
-                         seed=0)
+    m = generate_dataset(tmp_path / "d", DatasetSpec(
+        schema=SMALL, fmt="prebatched", rows_per_record=300, compression="none",
+        num_examples=1000, eval_examples=0, num_shards=2, seed=0))
     assert m.num_examples("train") == 900
     assert "eval" not in m.splits
 
 
 def test_manifest_round_trip_and_errors(tmp_path):
-    m = generate_dataset(tmp_path / "d", schema=SMALL, fmt="example", rows_per_record=1,
-                         compression="none", num_examples=300, eval_examples=100, num_shards=2,
-                         seed=0)
+    m = generate_dataset(tmp_path / "d", DatasetSpec(
+        schema=SMALL, fmt="example", rows_per_record=1, compression="none", num_examples=300,
+        eval_examples=100, num_shards=2, seed=0))
     back = Manifest.load(tmp_path / "d")
     assert back.schema == SMALL and back.splits == m.splits
     with pytest.raises(FileNotFoundError, match="not found"):
@@ -109,13 +110,13 @@ def test_manifest_round_trip_and_errors(tmp_path):
 
 
 def test_ensure_dataset_caches(tmp_path):
-    kw = dict(schema=SMALL, fmt="prebatched", rows_per_record=128, compression="none",
-              num_examples=512, eval_examples=128, num_shards=2, seed=0, progress=False)
-    p1 = ensure_dataset(tmp_path, **kw)
+    spec = DatasetSpec(schema=SMALL, fmt="prebatched", rows_per_record=128, compression="none",
+                       num_examples=512, eval_examples=128, num_shards=2, seed=0)
+    p1 = ensure_dataset(tmp_path, spec, progress=False)
     stamp = (p1 / "manifest.json").stat().st_mtime_ns
-    p2 = ensure_dataset(tmp_path, **kw)
+    p2 = ensure_dataset(tmp_path, spec, progress=False)
     assert p1 == p2 and (p2 / "manifest.json").stat().st_mtime_ns == stamp
-    p3 = ensure_dataset(tmp_path, **{**kw, "compression": "gzip"})
+    p3 = ensure_dataset(tmp_path, dataclasses.replace(spec, compression="gzip"), progress=False)
     assert p3 != p1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".building")]
 
