@@ -27,7 +27,10 @@ def run_preset(name: str, steps: int | None, timeout: int) -> dict:
     if steps:
         cmd += ["--steps", str(steps)]
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s", "wall_s": time.perf_counter() - t}
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--steps", type=int, default=None, help="timed steps per run")
-    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
     ap.add_argument("--json", dest="json_out", help="also write the results here")
     args = ap.parse_args(argv)
     names = [n for n in args.presets.split(",") if n]
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['median_wall_s']:.0f}",
             ", ".join(PRESETS[r["preset"]].expected_findings) or "(none)",
         )
-    Console().print(table)
+    Console(width=160).print(table)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(rows, f, indent=2)

@@ -97,7 +97,7 @@ def keras_worker(steps: int, warmup: int) -> dict:
     def to_inputs(f):
         dense = tf.math.log1p(tf.stack([f[k] for k in DENSE_NAMES], axis=-1))
         cats = {k: f[k] for k in CAT_NAMES}
-        return {"dense": dense, **cats}, f[LABEL_NAME]
+        return {"dense_features": dense, **cats}, f[LABEL_NAME]
 
     ds = (
         tf.data.TFRecordDataset(manifest.files("train"), num_parallel_reads=tf.data.AUTOTUNE)
@@ -107,7 +107,7 @@ def keras_worker(steps: int, warmup: int) -> dict:
         .map(to_inputs, num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
-    dense_in = keras.Input((13,), name="dense")
+    dense_in = keras.Input((13,), name="dense_features")
     cat_in = [keras.Input((), dtype="int64", name=k) for k in CAT_NAMES]
     x = dense_in
     for w in bottom:
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.run([sys.executable, *extra], capture_output=True, text=True, timeout=900)
         if proc.returncode:
             raise SystemExit(f"bench worker failed: {proc.stderr.strip().splitlines()[-1:]}")
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        out = proc.stdout.strip()
+        # `recadvisor train --json` prints indented JSON; the workers print one line last.
+        return json.loads(out) if out.startswith("{") else json.loads(out.splitlines()[-1])
 
     console = Console(stderr=True)
     ours, theirs = [], []
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{roof_ms:.1f}",
         f"{100 * roof_ms / theirs_ms:.0f}%",
     )
-    Console().print(table)
+    Console(width=160).print(table)
     print(
         f"roofline inputs: {flops / 1e9:.2f} GFLOP and {bytes_ / 1e6:.1f} MB per step; "
         f"measured peaks {peak_flops / 1e9:.0f} GFLOP/s (2048^3 matmul), "

@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
         "manifest.json.",
     )
     p.add_argument("--out", type=Path, required=True, help="output directory")
-    p.add_argument("--examples", type=int, default=262_144, help="train examples")
+    p.add_argument("--examples", type=int, default=131_072, help="train examples")
     p.add_argument("--eval-examples", type=int, default=32_768, help="held-out examples")
     p.add_argument("--format", choices=["example", "prebatched"], default="prebatched",
                    help="one tf.train.Example per record, or one whole batch per record")
@@ -34,7 +34,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--shards", type=int, default=16, help="train files (eval gets a quarter)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--zipf-a", type=float, default=1.2, help="id skew (higher: hotter rows)")
-    p.add_argument("--payload-bytes", type=int, default=2048,
+    p.add_argument("--payload-bytes", type=int, default=4096,
                    help="opaque bytes per example, as production logs carry (0: Criteo only)")
     p.add_argument("--cardinalities", type=_ints, help="26 comma-separated table sizes")
     p.add_argument("--criteo-tsv", type=Path, nargs="+", metavar="FILE",
