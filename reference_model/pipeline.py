@@ -7,8 +7,6 @@ layer converts every step, and slow or cold storage (see storage.py).
 
 from __future__ import annotations
 
-import os
-
 import tensorflow as tf
 
 from reference_model.config import AUTOTUNE, TrainConfig
@@ -102,7 +100,3 @@ def host_casting_layer(features: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Te
     ids = [tf.cast(tf.convert_to_tensor(features[k]), tf.int32) for k in CAT_NAMES]
     label = tf.cast(tf.convert_to_tensor(features[LABEL_NAME]), tf.float32)
     return tf.stack(dense, axis=1), tf.stack(ids, axis=1), label
-
-
-def data_files_total_bytes(paths: list[str]) -> int:
-    return sum(os.path.getsize(p) for p in paths)
