@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reference_model.data.records import COMPRESSIONS, FORMATS
+
 AUTOTUNE = -1
 
 RecordFormat = Literal["example", "prebatched"]
@@ -157,8 +159,8 @@ def _parse_ints(text: str) -> tuple[int, ...]:
 
 
 _CHOICES = {
-    "record_format": ("example", "prebatched"),
-    "compression": ("none", "gzip"),
+    "record_format": FORMATS,
+    "compression": COMPRESSIONS,
     "parse": ("per_example", "batched"),
     "cast": ("pipeline", "host"),
     "embedding_split": ("table", "column"),

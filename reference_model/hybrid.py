@@ -226,20 +226,30 @@ class HybridDLRM:
         with tf.device(self.devices.host):
             return tf.add_n(losses)
 
-    def split_in_graph(self, dense, ids, labels) -> StepInputs:
+    def split_inputs(self, dense, ids, labels, copy=tf.identity) -> StepInputs:
+        """Each device's share: its B/N rows of dense features and labels, and every sample's ids
+        (model-parallel tables need the whole batch). `copy` moves one tensor onto the device."""
         b = self.global_batch // self.n
         out = StepInputs([], [], [])
         for j, dev in enumerate(self.devices.names):
             with tf.device(dev):
-                out.dense.append(tf.identity(dense[j * b : (j + 1) * b]))
-                out.labels.append(tf.identity(labels[j * b : (j + 1) * b]))
-                out.ids.append(tf.identity(ids))
+                out.dense.append(copy(dense[j * b : (j + 1) * b]))
+                out.labels.append(copy(labels[j * b : (j + 1) * b]))
+                out.ids.append(copy(ids))
         return out
+
+    def serial_copies(self, dense, ids, labels) -> StepInputs:
+        """Seed 000's MirroredStrategy input path: called eagerly, this Python loop copies each
+        device's share one after another. On GPUs tf.identity is a real MemcpyH2D; on logical CPU
+        devices it would alias the host buffer, so DeepCopy stands in for the transfer."""
+        if self.devices.is_gpu:
+            return self.split_inputs(dense, ids, labels)
+        return self.split_inputs(dense, ids, labels, lambda x: tf.raw_ops.DeepCopy(x=x))
 
     def _step_host(self, dense, ids, labels) -> tf.Tensor:
         """Inputs on the host: per-device copies are in the graph, so the executor overlaps them."""
         with tf.name_scope("distribute_inputs"):
-            x = self.split_in_graph(dense, ids, labels)
+            x = self.split_inputs(dense, ids, labels)
         return self._step_placed(x.dense, x.ids, x.labels)
 
     def _predict(self, dense, ids) -> tf.Tensor:

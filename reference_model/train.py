@@ -78,29 +78,6 @@ def resolve_dataset(cfg: TrainConfig, data_dir: Path | None, cache_root: Path):
     return path, Manifest.load(path)
 
 
-def serial_device_copies(model, dense, ids, labels):
-    """Seed 000's MirroredStrategy input path: a Python loop copies each device's share one after
-    another. On GPUs tf.identity is a real MemcpyH2D; on logical CPU devices it would alias the
-    host buffer, so DeepCopy stands in for the transfer."""
-    import tensorflow as tf
-
-    from reference_model.hybrid import StepInputs
-
-    devs = model.devices
-
-    def copy(x):
-        return tf.identity(x) if devs.is_gpu else tf.raw_ops.DeepCopy(x=x)
-
-    b = model.global_batch // devs.count
-    out = StepInputs([], [], [])
-    for j, dev in enumerate(devs.names):
-        with tf.device(dev):
-            out.dense.append(copy(dense[j * b : (j + 1) * b]))
-            out.labels.append(copy(labels[j * b : (j + 1) * b]))
-            out.ids.append(copy(ids))
-    return out
-
-
 def evaluate_auc(model, manifest, cfg: TrainConfig) -> float:
     from reference_model.metrics import roc_auc
     from reference_model.pipeline import build_dataset, host_casting_layer
@@ -158,7 +135,7 @@ def run_training(
             raise ValueError(f"unreadable data in {data_path}: {reason}") from None
         dense, ids, labels = host_casting_layer(batch) if cfg.cast == "host" else batch
         if cfg.input_copy == "serial":
-            x = serial_device_copies(model, dense, ids, labels)
+            x = model.serial_copies(dense, ids, labels)
             return model.step_placed(x.dense, x.ids, x.labels)
         return model.step_host(dense, ids, labels)
 

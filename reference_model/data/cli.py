@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from reference_model.data.records import COMPRESSIONS, FORMATS
 from reference_model.schema import DEFAULT_CARDINALITIES, Schema
 
 
@@ -27,10 +28,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--examples", type=int, default=131_072, help="train examples")
     p.add_argument("--eval-examples", type=int, default=32_768, help="held-out examples")
-    p.add_argument("--format", choices=["example", "prebatched"], default="prebatched",
+    p.add_argument("--format", choices=FORMATS, default="prebatched",
                    help="one tf.train.Example per record, or one whole batch per record")
     p.add_argument("--rows-per-record", type=int, default=1024, help="rows per prebatched record")
-    p.add_argument("--compression", choices=["none", "gzip"], default="none")
+    p.add_argument("--compression", choices=COMPRESSIONS, default="none")
     p.add_argument("--shards", type=int, default=16, help="train files (eval gets a quarter)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--zipf-a", type=float, default=1.2, help="id skew (higher: hotter rows)")

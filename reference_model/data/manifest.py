@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reference_model.data.records import COMPRESSIONS, FORMATS
 from reference_model.schema import Schema
 
 MANIFEST = "manifest.json"
@@ -75,7 +76,7 @@ class Manifest:
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"corrupt dataset manifest {path}: {e}") from None
-        if m.format not in ("example", "prebatched") or m.compression not in ("none", "gzip"):
+        if m.format not in FORMATS or m.compression not in COMPRESSIONS:
             raise ValueError(f"corrupt dataset manifest {path}: unknown format/compression")
         for split in m.splits:
             for f in m.files(split):

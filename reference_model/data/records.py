@@ -13,6 +13,7 @@ import numpy as np
 from reference_model.schema import CAT_NAMES, DENSE_NAMES, LABEL_NAME, PAYLOAD_NAME, Schema
 
 FORMATS = ("example", "prebatched")
+COMPRESSIONS = ("none", "gzip")
 
 
 def _varint(v: int) -> bytes:
@@ -107,25 +108,23 @@ def serialize_prebatched(columns: dict[str, np.ndarray], start: int, rows: int) 
     return ex.SerializeToString()
 
 
-def feature_spec(schema: Schema, fmt: str, rows_per_record: int) -> dict:
+def _spec(schema: Schema, shape: list[int]) -> dict:
     import tensorflow as tf
 
-    n = rows_per_record if fmt == "prebatched" else 1
-    spec = {LABEL_NAME: tf.io.FixedLenFeature([n], tf.float32)}
-    spec.update({k: tf.io.FixedLenFeature([n], tf.float32) for k in schema.dense_names})
-    spec.update({k: tf.io.FixedLenFeature([n], tf.int64) for k in schema.cat_names})
+    spec = {LABEL_NAME: tf.io.FixedLenFeature(shape, tf.float32)}
+    spec.update({k: tf.io.FixedLenFeature(shape, tf.float32) for k in schema.dense_names})
+    spec.update({k: tf.io.FixedLenFeature(shape, tf.int64) for k in schema.cat_names})
     if schema.payload_bytes:
-        spec[PAYLOAD_NAME] = tf.io.FixedLenFeature([n], tf.string)
+        spec[PAYLOAD_NAME] = tf.io.FixedLenFeature(shape, tf.string)
     return spec
+
+
+def feature_spec(schema: Schema, fmt: str, rows_per_record: int) -> dict:
+    return _spec(schema, [rows_per_record if fmt == "prebatched" else 1])
 
 
 def parse_single(serialized, schema: Schema) -> dict:
     """One per-example record -> scalar features (what a typical pipeline maps per element)."""
     import tensorflow as tf
 
-    spec = {LABEL_NAME: tf.io.FixedLenFeature([], tf.float32)}
-    spec.update({k: tf.io.FixedLenFeature([], tf.float32) for k in schema.dense_names})
-    spec.update({k: tf.io.FixedLenFeature([], tf.int64) for k in schema.cat_names})
-    if schema.payload_bytes:
-        spec[PAYLOAD_NAME] = tf.io.FixedLenFeature([], tf.string)
-    return tf.io.parse_single_example(serialized, spec)
+    return tf.io.parse_single_example(serialized, _spec(schema, []))

@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from reference_model.data.manifest import Manifest
-from reference_model.data.records import serialize_examples, serialize_prebatched
+from reference_model.data.records import (
+    COMPRESSIONS,
+    FORMATS,
+    serialize_examples,
+    serialize_prebatched,
+)
 from reference_model.schema import Schema
 
 _CHUNK = 16_384  # examples serialized at a time: bounds memory for per-example records
@@ -79,9 +84,9 @@ def write_dataset(
     generator: dict,
     progress: bool = False,
 ) -> Manifest:
-    if fmt not in ("example", "prebatched"):
+    if fmt not in FORMATS:
         raise ValueError(f"unknown record format {fmt!r}")
-    if compression not in ("none", "gzip"):
+    if compression not in COMPRESSIONS:
         raise ValueError(f"unknown compression {compression!r}")
     if rows_per_record < 1:
         raise ValueError("--rows-per-record must be >= 1")

@@ -20,7 +20,6 @@ def main() -> None:
     from reference_model.config import TrainConfig
     from reference_model.devices import DeviceSet
     from reference_model.hybrid import HybridDLRM
-    from reference_model.train import serial_device_copies
 
     cards = tuple(spec["cardinalities"])
     batch, steps = spec["batch"], spec["steps"]
@@ -47,7 +46,7 @@ def main() -> None:
         losses = []
         for dense, ids, labels in batches:
             if case.get("serial"):
-                x = serial_device_copies(model, dense, ids, labels)
+                x = model.serial_copies(dense, ids, labels)
                 losses.append(float(model.step_placed(x.dense, x.ids, x.labels)))
             else:
                 losses.append(float(model.step_host(dense, ids, labels)))
