@@ -1,7 +1,7 @@
-"""File names inside one profile run folder, `LOGDIR/plugins/profile/<run>/` (shared/ARCHITECTURE.md).
+"""File names inside one profile run folder, `LOGDIR/plugins/profile/<run>/`.
 
-Capture writes these and the analyzers read them; both import the names from here so the contract has
-one definition. Nothing here imports TensorFlow.
+See shared/ARCHITECTURE.md. Capture writes these and the analyzers read them; both import the
+names from here so the contract has one definition. Nothing here imports TensorFlow.
 
 Sampler files are Parquet, one row per sample:
 
@@ -10,12 +10,12 @@ Sampler files are Parquet, one row per sample:
   `Task Environment` plane's `profile_start_time` is added), `pid` int32, `tid` int32,
   `name` string (thread name, /proc comm), `state` string (one letter as in /proc: R, S, D, ...),
   `user_s`, `system_s` float64 (cumulative CPU seconds of the thread),
-  `blkio_ticks` int64 (cumulative delay-accounted block-I/O wait, /proc .../stat field 42; 0 when the
-  kernel does not account it).
+  `blkio_ticks` int64 (cumulative delay-accounted block-I/O wait, /proc .../stat field 42; 0 when
+  the kernel does not account it).
 - `<host>.process.parquet` — one row per sample: `ts_ns` int64, `pid` int32, `cpu_percent` float64
   (process, 100 = one core), `rss_bytes` int64, `read_bytes`, `write_bytes` int64 (cumulative,
-  /proc/<pid>/io), `num_threads` int32, `system_cpu_percent` float64 (whole machine, 100 = all cores),
-  `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32.
+  /proc/<pid>/io), `num_threads` int32, `system_cpu_percent` float64 (whole machine,
+  100 = all cores), `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32.
 """
 
 THREADS_SUFFIX = ".threads.parquet"

@@ -1,0 +1,85 @@
+"""`recadvisor analyze` and `recadvisor diff`. No TensorFlow anywhere on this path."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from recadvisor.errors import UserError
+
+EXIT_FINDINGS = 3  # --fail-on reached: a CI gate
+
+
+def add_parser(subparsers) -> None:
+    a = subparsers.add_parser(
+        "analyze",
+        help="name the root causes in a TensorBoard profile logdir",
+        description="Read a TensorBoard logdir (plugins/profile/<run>/*.xplane.pb, Chrome trace "
+        "JSON, sampler and metadata files), break each step down, and report findings with "
+        "evidence, estimated speedup and remedy. Exit 0; 3 when a finding reaches --fail-on; "
+        "2 on bad input.",
+    )
+    a.add_argument("logdir", type=Path, help="logdir, run folder, or a single trace file")
+    a.add_argument("--run", help="run name under plugins/profile/ (default: the latest)")
+    a.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    a.add_argument("--fail-on", choices=("high", "medium"),
+                   help="exit 3 when a finding has this severity or worse")
+    a.add_argument("--output", "-o", type=Path, help="write the report here instead of stdout")
+    a.set_defaults(_analyzers_fn=run_analyze)
+
+    d = subparsers.add_parser(
+        "diff",
+        help="compare two profiled runs: breakdowns, findings resolved and new, speedup",
+        description="Compare run B against run A (e.g. before/after a fix).",
+    )
+    d.add_argument("before", type=Path, help="logdir or run folder A (before)")
+    d.add_argument("after", type=Path, help="logdir or run folder B (after)")
+    d.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    d.set_defaults(_analyzers_fn=run_diff)
+
+
+def run(args: argparse.Namespace) -> int:
+    return args._analyzers_fn(args)
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        print(text, end="" if text.endswith("\n") else "\n")
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(output)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from analyzers.report import analyze, render_json, render_text
+
+    report = analyze(args.logdir, args.run)
+    if args.format == "json":
+        text = render_json(report)
+    else:
+        text = render_text(report, markdown=args.format == "markdown")
+    _emit(text, args.output)
+    if args.fail_on:
+        worst = report.worst_severity()
+        order = ("high", "medium", "low")
+        if worst is not None and order.index(worst) <= order.index(args.fail_on):
+            return EXIT_FINDINGS
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from analyzers.diff import diff_reports, render_diff
+    from analyzers.report import analyze
+
+    a, b = analyze(args.before), analyze(args.after)
+    if not a.steps_found or not b.steps_found:
+        which = args.before if not a.steps_found else args.after
+        raise UserError(f"{which}: no steps found, nothing to compare")
+    result = diff_reports(a, b)
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_diff(result, markdown=args.format == "markdown"), end="")
+    return 0

@@ -1,0 +1,22 @@
+"""One module per finding id (shared/ARCHITECTURE.md). Each exposes `ID` and
+`detect(ctx) -> Finding | Skipped | None` (None: the pattern is absent)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+DETECTOR_IDS = (
+    "io_stall",
+    "input_preprocessing",
+    "convert_to_tensor_gaps",
+    "serialized_h2d",
+    "collective_overhead",
+    "dstate_threads",
+    "kernel_launch_overhead",
+    "host_device_pingpong",
+)
+
+
+def detectors() -> list[ModuleType]:
+    return [import_module(f"analyzers.detectors.{i}") for i in DETECTOR_IDS]

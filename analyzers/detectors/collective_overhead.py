@@ -1,0 +1,55 @@
+"""`collective_overhead`: all-reduce / all-to-all / all-gather time is a large share of the step.
+
+Signals: NCCL kernels on GPU planes (`ncclKernel_*`, `ncclDevKernel_*`), `Collective*` and
+`Nccl*` ops, XLA `all-reduce`/`all-to-all` thunks, ops under `all_reduce/`, `all_to_all/` name
+scopes, and `_Send`/`_Recv` between logical devices. Only exposed time counts (the breakdown
+gives compute priority), so collectives hidden under compute cost nothing here.
+On a CPU-only host the "devices" share the cores: fewer devices removes the exchange but not the
+arithmetic, so the estimate takes the share a smaller device count would save.
+"""
+
+from __future__ import annotations
+
+from analyzers.context import Context
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.input_pipeline import top_events
+
+ID = "collective_overhead"
+MIN_SHARE = 0.03
+
+
+def detect(ctx: Context) -> Finding | None:
+    share = ctx.fractions.get("collective", 0.0) + ctx.fractions.get("copy_d2d", 0.0)
+    n_dev = ctx.n_devices
+    if share < MIN_SHARE or n_dev < 2:
+        return None
+    target = max(1, n_dev // 2)
+    # GPU: exposed exchange time is what overlap or fewer devices win back. CPU-only: the
+    # exchange becomes local gathers on the same cores; only the reduction over the replicas'
+    # copies ((n-1)/n of it) is redundant, and halving the devices removes half of that.
+    saved = share if ctx.has_accelerator else share * (1 - target / n_dev) * (n_dev - 1) / n_dev
+    ev = ctx.in_steps
+    coll = ev[ev["kind"].isin(["collective", "d2d"])]
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    changes = {}
+    if ctx.config:
+        changes = {"devices": target}
+    hw = ("GPU collectives exposed (not overlapped with compute)" if ctx.has_accelerator else
+          f"{n_dev} logical devices on one CPU host: the exchange is memory copying on the "
+          "cores the model uses")
+    return Finding(
+        id=ID,
+        title=f"Collectives and cross-device exchange take {share:.0%} of the step on {n_dev} "
+              "devices",
+        step_fraction=share,
+        speedup=speedup_from_saving(saved),
+        evidence=[f"exposed collective/exchange time {share:.1%} of step "
+                  f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw],
+        remedy=("Use fewer devices for a model this small (seed 000: 4 GPUs beat 8), or a "
+                "larger per-device batch so compute hides the exchange; fuse gradients into one "
+                "all-reduce; keep the all-to-all payload small (column-wise split only when "
+                "tables are large)."),
+        numbers={"exposed_fraction": round(share, 4), "devices": n_dev},
+        top_events=top_events(coll),
+        config_changes=changes,
+    )

@@ -1,0 +1,48 @@
+"""`convert_to_tensor_gaps`: host-side tensor creation on the training thread between steps.
+
+Signals (TF 2.x eager): `convert_to_tensor` and `tf.constant` trace events, eager `Cast`,
+`_EagerConst` and `DeepCopy` executions on the step-driving thread, outside the compiled step.
+Each is a small synchronous op the step waits for (seed 000's casting layer).
+"""
+
+from __future__ import annotations
+
+from analyzers.context import Context
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.input_pipeline import top_events
+
+ID = "convert_to_tensor_gaps"
+MIN_PER_STEP = 4
+
+
+def detect(ctx: Context) -> Finding | None:
+    ev = ctx.in_steps
+    conv = ev[ev["kind"] == "convert"]
+    if ctx.main_line:
+        conv = conv[conv["line"].astype(str) == ctx.main_line]
+    per_step = len(conv) / max(ctx.n_steps, 1)
+    if per_step < MIN_PER_STEP:
+        return None
+    share = ctx.fractions.get("convert", 0.0)
+    names = conv["name"].astype(str)
+    casts = int((names == "EagerLocalExecute: Cast").sum() / max(ctx.n_steps, 1))
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    changes = {"cast": "pipeline"} if ctx.config and ctx.config.get("cast") == "host" else {}
+    return Finding(
+        id=ID,
+        title="Tensors are created and cast on the training thread every step",
+        step_fraction=share,
+        speedup=speedup_from_saving(share),
+        evidence=[
+            f"{per_step:.0f} host-side conversions per step on the training thread "
+            f"({casts} eager Casts), {share:.1%} of step time exposed "
+            f"({share * step_ms:.2f} ms of a {step_ms:.1f} ms step)",
+        ],
+        remedy=("Produce tensors in tf.data in the dtype the model consumes (cast in a batched "
+                "map, or store the features as float32/int32), and keep per-step Python free of "
+                "tf.constant/convert_to_tensor calls."),
+        numbers={"conversions_per_step": round(per_step, 1), "eager_casts_per_step": casts,
+                 "exposed_fraction": round(share, 4)},
+        top_events=top_events(conv),
+        config_changes=changes,
+    )

@@ -1,0 +1,43 @@
+"""`host_device_pingpong`: host-only ops between device ops force small copies every step.
+
+Signals (accelerator traces only): within a step, device→host copies (MemcpyD2H) followed by TF ops
+on host threads and host→device copies again, while the device sits idle. The exposed host
+compute plus those copies is what keeping the step on the device would save.
+"""
+
+from __future__ import annotations
+
+from analyzers.context import Context
+from analyzers.findings import Finding, Skipped, speedup_from_saving
+from analyzers.signals.input_pipeline import top_events
+
+ID = "host_device_pingpong"
+MIN_SHARE = 0.03
+
+
+def detect(ctx: Context) -> Finding | Skipped | None:
+    if not ctx.has_accelerator:
+        return Skipped(ID, "no accelerator plane in the trace: host and device are the same CPU")
+    ev = ctx.in_steps
+    dev = ev["plane"].astype(str).isin(ctx.device_planes)
+    d2h = ev[dev & (ev["kind"] == "d2h")]
+    host_ops = ev[~dev & (ev["kind"] == "host_op")]
+    per_step = len(d2h) / max(ctx.n_steps, 1)
+    share = ctx.fractions.get("host_compute", 0.0) + ctx.fractions.get("copy_h2d", 0.0) * 0.5
+    if per_step < 1 or share < MIN_SHARE or host_ops.empty:
+        return None
+    return Finding(
+        id=ID,
+        title="The step bounces between host and device",
+        step_fraction=share,
+        speedup=speedup_from_saving(share * 0.8),
+        evidence=[f"{per_step:.0f} device→host copies per step, then host ops while the device "
+                  f"idles: {ctx.fractions.get('host_compute', 0.0):.1%} of the step is host "
+                  "compute not overlapped by device work"],
+        remedy=("Keep the step on the device: replace host-only ops (string ops, py_function, "
+                "unsupported dtypes such as int64 on some kernels) with device-capable ones, "
+                "move them into tf.data, or place them explicitly; check with "
+                "tf.debugging.set_log_device_placement."),
+        numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
+        top_events=top_events(host_ops),
+    )

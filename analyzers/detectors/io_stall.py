@@ -1,0 +1,67 @@
+"""`io_stall`: steps wait on storage reads while the CPU is mostly idle.
+
+Signals: the step-driving thread blocked in the iterator (input_wait in the breakdown) although the
+pipeline is already parallel and prefetched, and its producers do little CPU work meanwhile
+(sampler: low process CPU; without it, map-function op time small next to the wait).
+docs/trace-signals.md, "Input pipeline".
+"""
+
+from __future__ import annotations
+
+from analyzers.context import Context
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.input_pipeline import (
+    analyze_input_pipeline,
+    input_cpu_bound,
+    input_wait_ranges,
+    structural_causes,
+    top_events,
+)
+from analyzers.signals.os_sampler import summarize
+
+ID = "io_stall"
+MIN_WAIT = 0.02
+
+
+def detect(ctx: Context) -> Finding | None:
+    wait = ctx.fractions.get("input_wait", 0.0)
+    if wait < MIN_WAIT:
+        return None
+    pipe = analyze_input_pipeline(ctx)
+    sampler = summarize(ctx)
+    cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
+    if cpu_bound or structural_causes(ctx, pipe):
+        return None  # input_preprocessing owns this wait
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    evidence = [
+        f"{wait:.0%} of step time the training thread waits for the next batch "
+        f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)",
+        f"the pipeline is parallel ({', '.join(pipe.parallel_stages) or 'n/a'}) and prefetched, "
+        f"{pipe.reader_concurrency:.1f} reads in flight on average",
+        cpu_note,
+        f"reader stages spend {pipe.reader_ms_per_step:.1f} ms per step; map-function ops only "
+        f"{pipe.input_op_ms_per_step:.1f} ms",
+    ]
+    changes: dict = {}
+    if ctx.config:
+        cycle = int(ctx.config.get("cycle_length", 4))
+        changes = {"cycle_length": max(cycle * 2, 8),
+                   "interleave_parallelism": max(cycle * 2, 8),
+                   "prefetch": max(int(ctx.config.get("prefetch", 2)), 4)}
+    return Finding(
+        id=ID,
+        title="Input-bound on storage reads: the CPU idles while files are fetched",
+        step_fraction=wait,
+        speedup=speedup_from_saving(wait),
+        evidence=[e for e in evidence if e],
+        remedy=("Read more files in parallel (interleave cycle_length and num_parallel_calls up, "
+                "or AUTOTUNE), prefetch deeper, use larger files or a larger interleave "
+                "block_length so each open is amortized, and stage the data on faster or local "
+                "storage (or cache it after the first epoch)."),
+        numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
+                 "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
+                 "reader_concurrency": round(pipe.reader_concurrency, 2)},
+        top_events=top_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
+        time_ranges_ms=input_wait_ranges(ctx),
+        config_changes=changes,
+    )

@@ -1,0 +1,62 @@
+"""`kernel_launch_overhead`: many tiny ops, so dispatch and launch dominate the step.
+
+GPU: many short kernels per step (median below MAX_KERNEL_US) with the device idle between them
+and the host busy in `cudaLaunchKernel`/`cuLaunchKernel`. CPU: hundreds of small TF ops per step
+with the executor's own time (ExecutorState::Process and friends not covered by an op) a visible
+share. XLA fusion or fused tables remove about half of that overhead (an assumption, stated).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzers.context import Context
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.input_pipeline import top_events
+
+ID = "kernel_launch_overhead"
+MIN_OPS_PER_STEP = 150
+MAX_KERNEL_US = 20.0
+MAX_HOST_OP_US = 50.0
+RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
+
+
+def detect(ctx: Context) -> Finding | None:
+    ev = ctx.in_steps
+    if ctx.has_accelerator:
+        ops = ev[ev["kind"] == "device_compute"]
+        limit_us = MAX_KERNEL_US
+        overhead = ctx.fractions.get("launch", 0.0) + ctx.fractions.get("python_other", 0.0) * 0
+        idle = 1.0 - ctx.fractions.get("device_compute", 0.0)
+        overhead = min(max(overhead, 0.0) + ctx.fractions.get("framework", 0.0), idle)
+        what = "kernels"
+    else:
+        ops = ev[ev["kind"] == "host_op"]
+        limit_us = MAX_HOST_OP_US
+        overhead = ctx.fractions.get("framework", 0.0) + ctx.fractions.get("launch", 0.0)
+        what = "TF ops"
+    per_step = len(ops) / max(ctx.n_steps, 1)
+    if per_step < MIN_OPS_PER_STEP:
+        return None
+    median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3 if len(ops) else 0.0
+    if median_us > limit_us:
+        return None
+    saved = overhead * RECOVERABLE
+    changes = {}
+    if ctx.config:
+        changes = {k: True for k in ("xla", "fused_tables") if ctx.config.get(k) is False}
+    return Finding(
+        id=ID,
+        title=f"{per_step:.0f} small {what} per step: dispatch overhead",
+        step_fraction=overhead,
+        speedup=speedup_from_saving(saved),
+        evidence=[f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
+                  f"launch/executor time not covered by any op: {overhead:.1%} of the step",
+                  f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"],
+        remedy=("Compile the step with XLA (tf.function(jit_compile=True)) and fuse same-width "
+                "embedding tables into one table with offsets, so one kernel replaces dozens."),
+        numbers={"ops_per_step": round(per_step, 1), "median_op_us": round(median_us, 2),
+                 "overhead_fraction": round(overhead, 4)},
+        top_events=top_events(ops),
+        config_changes=changes,
+    )

@@ -1,0 +1,74 @@
+"""Compare two reports: step breakdowns side by side, findings resolved and new, speedup.
+
+Speedup prefers the runs' own throughput (samples/s measured outside the profiler, from the run
+metadata); without it, the ratio of median step times in the traces, which the profiler inflates
+for small steps (said in the output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analyzers.report import Report
+from analyzers.steps import ALL_CATEGORIES
+
+
+def diff_reports(a: Report, b: Report) -> dict[str, Any]:
+    da, db = a.to_dict(), b.to_dict()
+    ids_a = {f["id"]: f for f in da["findings"]}
+    ids_b = {f["id"]: f for f in db["findings"]}
+    sa, sb = da["samples_per_s"], db["samples_per_s"]
+    if sa and sb:
+        speedup, basis = sb / sa, "samples/s from run metadata"
+    else:
+        ma, mb = da["steps"]["median_ms"], db["steps"]["median_ms"]
+        speedup, basis = (ma / mb if mb else None), "median step time in the traces"
+    ma, mb = da["steps"]["median_ms"], db["steps"]["median_ms"]
+    return {
+        "before": {"run": da["run"], "run_dir": da["run_dir"], "samples_per_s": sa,
+                   "median_step_ms": ma},
+        "after": {"run": db["run"], "run_dir": db["run_dir"], "samples_per_s": sb,
+                  "median_step_ms": mb},
+        "speedup": round(speedup, 3) if speedup else None,
+        "speedup_basis": basis,
+        "breakdown": {c: {"before": da["breakdown"].get(c, 0.0),
+                          "after": db["breakdown"].get(c, 0.0),
+                          "before_ms": round(da["breakdown"].get(c, 0.0) * ma, 3),
+                          "after_ms": round(db["breakdown"].get(c, 0.0) * mb, 3)}
+                      for c in ALL_CATEGORIES},
+        "resolved": [{"id": i, "severity": f["severity"]} for i, f in ids_a.items()
+                     if i not in ids_b],
+        "new": [{"id": i, "severity": f["severity"]} for i, f in ids_b.items() if i not in ids_a],
+        "remaining": [{"id": i, "before": ids_a[i]["severity"], "after": ids_b[i]["severity"]}
+                      for i in ids_a if i in ids_b],
+    }
+
+
+def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
+    out = []
+    b, a = d["before"], d["after"]
+    sp = f"{d['speedup']:.2f}x" if d["speedup"] else "n/a"
+    out.append(f"before: {b['run']}  after: {a['run']}  speedup {sp} ({d['speedup_basis']})")
+    out.append("")
+    if markdown:
+        out.append("| category | before ms | after ms | before % | after % |")
+        out.append("|---|---|---|---|---|")
+    else:
+        out.append(f"{'category':16s} {'before ms':>10s} {'after ms':>10s} {'before':>7s} "
+                   f"{'after':>7s}")
+    for c, v in d["breakdown"].items():
+        if max(v["before"], v["after"]) < 0.005:
+            continue
+        if markdown:
+            out.append(f"| {c} | {v['before_ms']:.1f} | {v['after_ms']:.1f} | "
+                       f"{v['before']:.0%} | {v['after']:.0%} |")
+        else:
+            out.append(f"{c:16s} {v['before_ms']:10.1f} {v['after_ms']:10.1f} "
+                       f"{v['before']:7.0%} {v['after']:7.0%}")
+    out.append("")
+    for label in ("resolved", "new"):
+        items = ", ".join(f"{x['id']} ({x['severity']})" for x in d[label]) or "none"
+        out.append(f"{label}: {items}")
+    rem = ", ".join(f"{x['id']} ({x['before']} -> {x['after']})" for x in d["remaining"])
+    out.append(f"remaining: {rem or 'none'}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,212 @@
+"""The event table: one pandas DataFrame for every trace format (shared/ARCHITECTURE.md).
+
+Columns
+- `host`, `plane` (xplane plane or Chrome-trace process), `line` (thread or stream name): category
+- `line_id`: int64 (xplane line id, or Chrome tid)
+- `name`: category — the event name as the profiler wrote it
+- `op_type`: category — TF op type (`scope/op:Type` → `Type`), else the name
+- `kind`: category — what the event is, from generic TF/CUDA signals (KINDS below;
+  docs/trace-signals.md lists the names behind each)
+- `start_ns`, `dur_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns`
+  (kept in `df.attrs`), so sampler rows align by subtracting it
+- stat columns (STAT_COLUMNS): int64 with -1 for "absent", or object for text stats
+
+Names are interned: every string column is categorical, so a million events cost a few integer
+arrays, and classification runs once per distinct name, never per event.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+# Output column ← the stat names that feed it (first found wins).
+STAT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "step_num": ("step_num",),
+    "group_id": ("group_id",),
+    "correlation_id": ("correlation_id",),
+    "device_id": ("device_id", "device_ordinal"),
+    "memcpy_details": ("memcpy_details",),
+    "bytes": ("bytes_transferred", "num_bytes", "size"),
+    "tf_op": ("tf_op",),
+    "root": ("_r",),
+}
+TEXT_STATS = {"memcpy_details", "tf_op"}
+
+KINDS = (
+    "input_wait",  # the consumer blocked on the input pipeline (IteratorGetNext, DataLoader next)
+    "input_work",  # work on tf.data threads (producers)
+    "h2d",  # host → device copies
+    "d2h",  # device → host copies
+    "d2d",  # device ↔ device copies (incl. _Send/_Recv between logical devices, P2P)
+    "collective",  # NCCL kernels, Collective* ops, XLA all-reduce/all-to-all, AllToAll
+    "launch",  # CUDA runtime/driver launch and async-copy API calls on the host
+    "device_compute",  # kernels on an accelerator plane
+    "host_op",  # a TF op (or XLA thunk/fusion) executed on a host thread
+    "convert",  # host-side tensor creation: convert_to_tensor, tf.constant, eager casts
+    "framework",  # TF runtime wrappers (EagerExecute, ExecutorState::Process, FunctionRun...)
+    "other",
+)
+
+_INPUT_WAIT = re.compile(
+    r"^(IteratorGetNext|IteratorGetNextAsOptional|IteratorGetNextOp::DoCompute|"
+    r"EagerLocalExecute: IteratorGetNext.*|MultiDeviceIteratorGetNextFromShard|"
+    r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
+)
+_COLLECTIVE = re.compile(
+    r"(?i)(nccl|^Collective|AllReduce|all-reduce|AllToAll|all-to-all|AllGather|all-gather|"
+    r"ReduceScatter|reduce-scatter|collective-permute|CollectivePermute|NcclAllReduce)"
+)
+# Name scopes users and Keras give exchange code (`all_reduce/`, `all_to_all/`): host ops inside
+# them are the collective's CPU implementation (e.g. AddN reduce-to-one between logical devices).
+_SCOPE_COLLECTIVE = re.compile(r"(?i)(^|/)(all_reduce|allreduce|all_to_all|alltoall|all_gather|"
+                               r"allgather|reduce_scatter|cross_replica_sum)(_\d+)?(/|$)")
+_LAUNCH = re.compile(
+    r"^(cu|cuda)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel|"
+    r"Memcpy\w*|Memset\w*|GraphLaunch|StreamSynchronize|EventRecord|CtxSynchronize)(_v\d+)?$"
+)
+_CONVERT = re.compile(
+    r"^(convert_to_tensor|tf\.constant|EagerLocalExecute: (Cast|_EagerConst|DeepCopy))$"
+)
+_FRAMEWORK = re.compile(
+    r"^(EagerExecute|EagerKernelExecute|EagerLocalExecute.*|KernelAndDeviceFunc::Run|"
+    r"TFE_Py_\w+|FunctionRun|ExecutorState::.*|ExecutorDoneCallback|ParallelFor|"
+    r"ThunkExecutor::Execute|BlockUntilReady|CpuExecutable::\w+|TraceContext|SessionRun|"
+    r"RunGraph|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"
+    r"InstantiatedCapturedFunction::\w+)$"
+)
+_H2D = re.compile(r"(?i)^(MemcpyH2D|Memcpy HtoD.*|MemcpyHtoD.*|HostToDevice.*|EagerCopyToDevice)$")
+_D2H = re.compile(r"(?i)^(MemcpyD2H|Memcpy DtoH.*|MemcpyDtoH.*|DeviceToHost.*)$")
+_D2D = re.compile(r"(?i)^(MemcpyD2D|MemcpyP2P|Memcpy DtoD.*|Memcpy PtoP.*|MemcpyDtoD.*)$")
+_SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
+
+
+def is_device_plane(plane: str) -> bool:
+    return plane.startswith("/device:") and not plane.startswith("/device:CPU")
+
+
+def op_type_of(name: str) -> str:
+    """TF host op events are `scope/op_name:OpType`; anything else is its own type."""
+    head, sep, tail = name.rpartition(":")
+    if sep and head and tail and " " not in tail and "/" not in tail and not tail.isdigit():
+        return tail
+    return name
+
+
+def classify(name: str, op_type: str, plane: str, line: str) -> str:
+    device = is_device_plane(plane)
+    if device:
+        if _H2D.match(name):
+            return "h2d"
+        if _D2H.match(name):
+            return "d2h"
+        if _D2D.match(name):
+            return "d2d"
+        if _COLLECTIVE.search(name):
+            return "collective"
+        return "device_compute"
+    if line.startswith("tf_data"):
+        return "input_work"
+    if _H2D.match(name):
+        return "h2d"
+    if _INPUT_WAIT.match(name) or op_type in ("IteratorGetNext", "IteratorGetNextAsOptional"):
+        return "input_wait"
+    if _LAUNCH.match(name):
+        return "launch"
+    if _COLLECTIVE.search(op_type) or _SCOPE_COLLECTIVE.search(name.split(":")[0]):
+        return "collective"
+    if _SEND_RECV.match(op_type) or name.startswith("_Send input") or name.startswith("_Recv"):
+        return "d2d"
+    if _CONVERT.match(name):
+        return "convert"
+    if _FRAMEWORK.match(name):
+        return "framework"
+    if op_type != name or (line.startswith("tf_") and "::" not in name):
+        return "host_op"
+    return "other"
+
+
+def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
+
+
+def _intern(values: np.ndarray) -> pd.Categorical:
+    return pd.Categorical(values)
+
+
+def build_events(
+    *,
+    host: str,
+    plane: np.ndarray,
+    line: np.ndarray,
+    line_id: np.ndarray,
+    name_codes: np.ndarray,
+    names: list[str],
+    start_ns: np.ndarray,
+    dur_ns: np.ndarray,
+    stats: dict[str, np.ndarray],
+) -> pd.DataFrame:
+    """Assemble the table. `name_codes` index `names` (-1 = unknown name)."""
+    uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+    uniq = list(uniq)
+    has_unknown = (name_codes < 0).any()
+    if has_unknown:
+        uniq.append("<unknown>")
+    remap = np.append(inverse, len(uniq) - 1) if has_unknown else inverse
+    codes = remap[name_codes] if len(names) or has_unknown else name_codes
+    df = pd.DataFrame(
+        {
+            "host": pd.Categorical([host] * len(start_ns)) if len(start_ns) else pd.Categorical([]),
+            "plane": _intern(plane),
+            "line": _intern(line),
+            "line_id": np.asarray(line_id, dtype=np.int64),
+            "name": _categorical(codes, uniq),
+            "start_ns": np.asarray(start_ns, dtype=np.int64),
+            "dur_ns": np.asarray(dur_ns, dtype=np.int64),
+        }
+    )
+    for col in STAT_COLUMNS:
+        values = stats.get(col)
+        if values is None:
+            df[col] = (pd.Series([None] * len(df), dtype=object) if col in TEXT_STATS
+                       else np.full(len(df), -1, dtype=np.int64))
+        else:
+            df[col] = values
+    return add_derived(df)
+
+
+def add_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """`op_type` and `kind`, computed once per distinct (name, plane, line)."""
+    if df.empty:
+        df["op_type"] = pd.Categorical([])
+        df["kind"] = pd.Categorical([], categories=KINDS)
+        return df
+    names = df["name"].cat.categories.astype(str)
+    op_types = np.array([op_type_of(n) for n in names], dtype=object)
+    df["op_type"] = pd.Categorical(op_types[df["name"].cat.codes.to_numpy()])
+    keys = df[["name", "plane", "line"]].copy()
+    key_codes = (
+        keys["name"].cat.codes.to_numpy().astype(np.int64) * len(keys["plane"].cat.categories)
+        + keys["plane"].cat.codes.to_numpy()
+    ) * len(keys["line"].cat.categories) + keys["line"].cat.codes.to_numpy()
+    uniq, first, inv = np.unique(key_codes, return_index=True, return_inverse=True)
+    name_v = df["name"].to_numpy()
+    plane_v = df["plane"].astype(str).to_numpy()
+    line_v = df["line"].astype(str).to_numpy()
+    op_v = df["op_type"].to_numpy()
+    kinds = np.array(
+        [classify(str(name_v[i]), str(op_v[i]), plane_v[i], line_v[i]) for i in first],
+        dtype=object,
+    )
+    df["kind"] = pd.Categorical(kinds[inv], categories=KINDS)
+    return df
+
+
+def empty_events() -> pd.DataFrame:
+    return build_events(
+        host="", plane=np.array([], dtype=object), line=np.array([], dtype=object),
+        line_id=np.array([], dtype=np.int64), name_codes=np.array([], dtype=np.int64), names=[],
+        start_ns=np.array([], dtype=np.int64), dur_ns=np.array([], dtype=np.int64), stats={},
+    )

@@ -1,0 +1,70 @@
+"""What a detector returns, and the one rule that turns an estimated gain into a severity.
+
+Severity follows the estimated speedup if the problem were fixed, never the mere presence of a
+pattern: a casting layer that costs 2% of the step is `low` even though it is clearly there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("high", "medium", "low")
+# Estimated speedup thresholds (x) for each severity.
+HIGH_SPEEDUP = 1.25
+MEDIUM_SPEEDUP = 1.08
+
+
+def severity_for(speedup: float) -> str:
+    if speedup >= HIGH_SPEEDUP:
+        return "high"
+    if speedup >= MEDIUM_SPEEDUP:
+        return "medium"
+    return "low"
+
+
+def speedup_from_saving(saved_fraction: float) -> float:
+    """Step time shrinks by `saved_fraction` of itself: the what-if every detector reports."""
+    saved = min(max(saved_fraction, 0.0), 0.95)
+    return 1.0 / (1.0 - saved)
+
+
+@dataclass
+class Finding:
+    id: str
+    title: str
+    step_fraction: float  # share of step time the problem occupies
+    speedup: float  # estimated speedup if fixed (x)
+    evidence: list[str]  # human-readable lines, numbers first
+    remedy: str
+    numbers: dict[str, Any] = field(default_factory=dict)  # machine-readable evidence
+    top_events: list[dict[str, Any]] = field(default_factory=list)
+    time_ranges_ms: list[tuple[float, float]] = field(default_factory=list)
+    config_changes: dict[str, Any] = field(default_factory=dict)  # reference-trainer fields
+    fix_command: str | None = None  # filled by the report for reference-trainer runs
+    severity: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            self.severity = severity_for(self.speedup)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["impact"] = {"step_fraction": round(self.step_fraction, 4),
+                       "estimated_speedup": round(self.speedup, 3)}
+        d["remedy"] = {"text": self.remedy, "config_changes": self.config_changes,
+                       "command": self.fix_command}
+        d["evidence"] = {"summary": self.evidence, "numbers": self.numbers,
+                         "top_events": self.top_events, "time_ranges_ms": self.time_ranges_ms}
+        for k in ("step_fraction", "speedup", "numbers", "top_events", "time_ranges_ms",
+                  "config_changes", "fix_command"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class Skipped:
+    """A detector that could not judge this trace, and why (e.g. no sampler data)."""
+
+    id: str
+    reason: str

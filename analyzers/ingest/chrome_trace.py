@@ -1,0 +1,118 @@
+"""Chrome trace-event JSON (`*.trace.json.gz`, `*.json`) → event table rows.
+
+Writers seen: TF/xprof's trace export (one pid per xplane plane, named by a `process_name` metadata
+event such as `/device:GPU:0`; one tid per line) and the PyTorch profiler (host pid with `cpu_op`,
+`cuda_runtime`, `user_annotation` events; GPU events in `kernel`, `gpu_memcpy`, `gpu_memset`
+categories with `args.device`; `ProfilerStep#N` annotations mark steps). Times are microseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
+
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def load_json(path: Path) -> dict | list:
+    raw = Path(path).read_bytes()
+    if not raw:
+        raise ValueError(f"{path}: empty trace file")
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON trace ({e})") from None
+
+
+def is_trace_json(doc: object) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list)) or (
+        isinstance(doc, list) and (not doc or isinstance(doc[0], dict) and "ph" in doc[0])
+    )
+
+
+def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
+    """Return (events, t0 in unix ns or 0 when the trace's clock is not the wall clock)."""
+    doc = load_json(path)
+    if not is_trace_json(doc):
+        raise ValueError(f"{path}: JSON without a traceEvents list: not a Chrome trace")
+    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    frame = pd.DataFrame.from_records(
+        [e for e in raw if isinstance(e, dict)],
+        columns=["ph", "name", "cat", "pid", "tid", "ts", "dur", "args"],
+    )
+    if frame.empty:
+        return build_events(**_no_rows(host)), 0
+    meta = frame[frame["ph"] == "M"]
+    proc_names = {r.pid: str((r.args or {}).get("name", r.pid))
+                  for r in meta[meta["name"] == "process_name"].itertuples()}
+    thread_names = {(r.pid, r.tid): str((r.args or {}).get("name", r.tid))
+                    for r in meta[meta["name"] == "thread_name"].itertuples()}
+    ev = frame[frame["ph"] == "X"].reset_index(drop=True)
+    if ev.empty:
+        return build_events(**_no_rows(host)), 0
+    ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
+    dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
+    t0_us = ts.min()
+    args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
+    cats = ev["cat"].fillna("").astype(str)
+    planes = []
+    for pid, cat, a in zip(ev["pid"], cats, args, strict=True):
+        pname = proc_names.get(pid, str(pid))
+        if cat in _GPU_CATS:
+            dev = a.get("device", pid)
+            planes.append(pname if pname.startswith("/device:") else f"/device:GPU:{dev}")
+        elif pname.startswith("/"):
+            planes.append(pname)
+        else:
+            planes.append("/host:CPU")
+    lines = [thread_names.get((p, t), str(t)) for p, t in zip(ev["pid"], ev["tid"], strict=True)]
+    names = ev["name"].fillna("").astype(str)
+    uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
+    stats: dict[str, np.ndarray] = {}
+    aliases = {alias: col for col, al in STAT_COLUMNS.items() for alias in al}
+    aliases.update({"External id": "correlation_id", "correlation": "correlation_id",
+                    "Bytes": "bytes", "device": "device_id"})
+    for i, a in enumerate(args):
+        for key, value in a.items():
+            col = aliases.get(key)
+            if col is None:
+                continue
+            if col in TEXT_STATS:
+                stats.setdefault(col, np.full(len(ev), None, dtype=object))[i] = str(value)
+            elif isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
+                stats.setdefault(col, np.full(len(ev), -1, dtype=np.int64))[i] = int(value)
+    steps = names.str.extract(_STEP_NAME, expand=False)
+    if steps.notna().any():
+        col = stats.setdefault("step_num", np.full(len(ev), -1, dtype=np.int64))
+        col[steps.notna().to_numpy()] = steps.dropna().astype(np.int64).to_numpy()
+    tid = pd.to_numeric(ev["tid"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    events = build_events(
+        host=host,
+        plane=np.array(planes, dtype=object),
+        line=np.array(lines, dtype=object),
+        line_id=tid,
+        name_codes=codes,
+        names=list(uniq),
+        start_ns=np.round((ts - t0_us) * 1000).astype(np.int64),
+        dur_ns=np.round(dur * 1000).astype(np.int64),
+        stats=stats,
+    )
+    # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
+    t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
+    return events, t0_ns
+
+
+def _no_rows(host: str) -> dict:
+    empty_o, empty_i = np.array([], dtype=object), np.array([], dtype=np.int64)
+    return dict(host=host, plane=empty_o, line=empty_o, line_id=empty_i, name_codes=empty_i,
+                names=[], start_ns=empty_i, dur_ns=empty_i, stats={})

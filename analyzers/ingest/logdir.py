@@ -1,0 +1,158 @@
+"""Find profile runs in a TensorBoard logdir and load one into the event table.
+
+Accepted inputs: a logdir (runs under `plugins/profile/<run>/`), one run folder, or one trace file.
+A run folder holds `<host>.xplane.pb` files (several hosts are merged on their wall clocks), or
+Chrome trace JSON (`*.trace.json.gz`, `*.json`), plus optional sampler and metadata files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analyzers.events import empty_events
+from analyzers.ingest.chrome_trace import read_chrome_trace
+from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
+from analyzers.ingest.xplane import read_xplane
+from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
+from recadvisor.capture.metadata import METADATA_FILE
+
+JSON_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".json.gz", ".json")
+
+
+@dataclass
+class RunData:
+    name: str
+    run_dir: Path
+    events: pd.DataFrame
+    t0_unix_ns: int
+    hosts: list[str]
+    trace_files: list[Path]
+    threads: pd.DataFrame | None = None
+    process: pd.DataFrame | None = None
+    metadata: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    xplanes = sorted(folder.glob(f"*{XPLANE_SUFFIX}"))
+    if xplanes:
+        return xplanes
+    return sorted(
+        p for p in folder.iterdir()
+        if p.is_file() and p.name.endswith(JSON_SUFFIXES) and p.name != METADATA_FILE
+    )
+
+
+def find_runs(path: Path) -> list[Path]:
+    """Run folders (or single trace files) under `path`, oldest first."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    if path.is_file():
+        return [path]
+    if _trace_files(path):
+        return [path]
+    root = path / "plugins" / "profile"
+    candidates = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    if not candidates:  # a folder of logdirs, or a nonstandard layout: look one level deeper
+        candidates = [p.parent for p in path.rglob(f"*{XPLANE_SUFFIX}")]
+        candidates += [p.parent for p in path.rglob("*.trace.json*")]
+    runs = sorted({p for p in candidates if _trace_files(p)}, key=lambda p: (p.name, str(p)))
+    if not runs:
+        raise ValueError(f"{path}: no profile runs (no *.xplane.pb or trace JSON) found")
+    return runs
+
+
+def select_run(path: Path, run: str | None = None) -> Path:
+    runs = find_runs(path)
+    if run is None:
+        return runs[-1]
+    for r in runs:
+        if r.name == run or str(r) == run:
+            return r
+    names = ", ".join(r.name for r in runs)
+    raise ValueError(f"{path}: no run named {run!r} (runs: {names})")
+
+
+def _host_of(file: Path) -> str:
+    for suffix in (XPLANE_SUFFIX, *JSON_SUFFIXES):
+        if file.name.endswith(suffix):
+            return file.name[: -len(suffix)] or "host"
+    return file.stem
+
+
+def load_run(path: Path, run: str | None = None) -> RunData:
+    target = select_run(path, run)
+    files = [target] if target.is_file() else _trace_files(target)
+    run_dir = target.parent if target.is_file() else target
+    parts: list[tuple[pd.DataFrame, int]] = []
+    hosts = []
+    for f in files:
+        host = _host_of(f)
+        hosts.append(host)
+        if f.name.endswith(XPLANE_SUFFIX):
+            x = read_xplane(f, host)
+            parts.append((x.events, x.t0_unix_ns))
+        else:
+            parts.append(read_chrome_trace(f, host))
+    t0 = min((t for _, t in parts if t), default=0)
+    frames = []
+    for events, t_host in parts:
+        if t_host and t0:
+            events = events.assign(start_ns=events["start_ns"] + (t_host - t0))
+        frames.append(events)
+    events = _concat(frames)
+    events.attrs["t0_unix_ns"] = t0
+    data = RunData(name=run_dir.name if not target.is_file() else target.name, run_dir=run_dir,
+                   events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files)
+    _attach_side_files(data, run_dir)
+    return data
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_events()
+    if len(frames) == 1:
+        return frames[0]
+    from pandas.api.types import union_categoricals
+
+    out = {}
+    for col in frames[0].columns:
+        if isinstance(frames[0][col].dtype, pd.CategoricalDtype):
+            out[col] = union_categoricals([f[col] for f in frames], ignore_order=True)
+        else:
+            out[col] = pd.concat([f[col] for f in frames], ignore_index=True)
+    return pd.DataFrame(out).sort_values("start_ns", kind="stable", ignore_index=True)
+
+
+def _attach_side_files(data: RunData, run_dir: Path) -> None:
+    meta_path = run_dir / METADATA_FILE
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            data.metadata = meta if isinstance(meta, dict) else None
+        except (OSError, json.JSONDecodeError) as e:
+            data.warnings.append(f"run metadata {meta_path.name} unreadable: {e}")
+    threads = sorted(run_dir.glob(f"*{THREADS_SUFFIX}"))
+    process = sorted(run_dir.glob(f"*{PROCESS_SUFFIX}"))
+    if not data.t0_unix_ns and (threads or process):
+        data.warnings.append("trace has no wall-clock origin: sampler data cannot be aligned")
+        return
+    try:
+        if threads:
+            data.threads = pd.concat(
+                [read_sampler_file(p, THREAD_COLUMNS, data.t0_unix_ns) for p in threads],
+                ignore_index=True,
+            )
+        if process:
+            data.process = pd.concat(
+                [read_sampler_file(p, PROCESS_COLUMNS, data.t0_unix_ns) for p in process],
+                ignore_index=True,
+            )
+    except ValueError as e:
+        data.warnings.append(str(e))

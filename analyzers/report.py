@@ -1,0 +1,160 @@
+"""Run every detector on one profile run and render the result as text, Markdown or JSON.
+
+JSON schema (version 1; documented in docs/analyze-json.md):
+{schema_version, run, run_dir, trace_files, hardware{accelerator, devices, cpus},
+ steps{found, source, count, median_ms}, breakdown{<category>: fraction},
+ samples_per_s, sampler, findings[{id, title, severity, impact{step_fraction, estimated_speedup},
+ evidence{summary, numbers, top_events, time_ranges_ms}, remedy{text, config_changes, command}}],
+ skipped[{id, reason}], warnings[]}
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzers.context import Context
+from analyzers.detectors import detectors
+from analyzers.findings import SEVERITIES, Finding, Skipped
+from analyzers.ingest.logdir import RunData, load_run
+from analyzers.steps import ALL_CATEGORIES
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    run: RunData
+    ctx: Context
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def steps_found(self) -> bool:
+        return self.ctx.steps.found
+
+    def worst_severity(self) -> str | None:
+        for sev in SEVERITIES:
+            if any(f.severity == sev for f in self.findings):
+                return sev
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        meta = self.run.metadata or {}
+        steps = self.ctx.steps
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run": self.run.name,
+            "run_dir": str(self.run.run_dir),
+            "trace_files": [str(p) for p in self.run.trace_files],
+            "hardware": {"accelerator": self.ctx.has_accelerator,
+                         "device_planes": self.ctx.device_planes,
+                         "devices": self.ctx.n_devices, "cpus": self.ctx.n_cpus},
+            "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
+                      "median_ms": round(steps.median_step_ns() / 1e6, 3)},
+            "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
+            if steps.found else {},
+            "samples_per_s": meta.get("samples_per_s"),
+            "sampler": self.run.threads is not None,
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
+            "warnings": list(self.run.warnings),
+        }
+
+
+def _fix_command(config: dict[str, Any], changes: dict[str, Any]) -> str | None:
+    try:
+        from reference_model.config import TrainConfig, config_to_flags
+
+        cfg = TrainConfig.from_dict(config).replace(**changes)
+        cfg.validate()
+    except (TypeError, ValueError):
+        return None
+    return shlex.join(["recadvisor", "train", *config_to_flags(cfg)])
+
+
+def build_report(run: RunData) -> Report:
+    ctx = Context.build(run)
+    report = Report(run=run, ctx=ctx)
+    if not ctx.steps.found:
+        return report
+    for module in detectors():
+        result = module.detect(ctx)
+        if isinstance(result, Skipped):
+            report.skipped.append(result)
+        elif isinstance(result, Finding):
+            if ctx.config and result.config_changes:
+                result.fix_command = _fix_command(ctx.config, result.config_changes)
+            report.findings.append(result)
+    report.findings.sort(key=lambda f: (SEVERITIES.index(f.severity), -f.speedup))
+    return report
+
+
+def analyze(path: Path, run: str | None = None) -> Report:
+    return build_report(load_run(path, run))
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
+
+
+def _breakdown_line(fr: dict[str, float]) -> str:
+    parts = [f"{k} {v:.0%}" for k, v in sorted(fr.items(), key=lambda kv: -kv[1]) if v >= 0.005]
+    return ", ".join(parts)
+
+
+def render_text(report: Report, markdown: bool = False) -> str:
+    d = report.to_dict()
+    out: list[str] = []
+    h = "## " if markdown else ""
+    out.append(f"{h}recadvisor analyze: run {d['run']} ({d['run_dir']})")
+    hw = d["hardware"]
+    kind = "accelerator " + ", ".join(hw["device_planes"]) if hw["accelerator"] else "CPU only"
+    out.append(f"hardware: {kind}"
+               f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
+               f"sampler data: {'yes' if d['sampler'] else 'no'}")
+    st = d["steps"]
+    if not st["found"]:
+        out.append("no steps found: the trace has no step markers (step_num) and no repeated "
+                   "train-function calls; nothing to analyze per step")
+        out.extend(f"warning: {w}" for w in d["warnings"])
+        return "\n".join(out) + "\n"
+    sps = f", {d['samples_per_s']:,.0f} samples/s (outside the profiler)" if d[
+        "samples_per_s"] else ""
+    out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms{sps}")
+    out.append(f"step breakdown: {_breakdown_line(d['breakdown'])}")
+    out.append("")
+    if not report.findings:
+        out.append("no findings: nothing in this trace costs a measurable share of step time")
+    if markdown and report.findings:
+        out.append("| severity | finding | share of step | est. speedup |")
+        out.append("|---|---|---|---|")
+        for f in report.findings:
+            out.append(f"| {f.severity} | `{f.id}`: {f.title} | {f.step_fraction:.0%} | "
+                       f"{f.speedup:.2f}x |")
+        out.append("")
+    for f in report.findings:
+        head = f"[{f.severity.upper()}] {f.id}: {f.title}"
+        out.append(("### " if markdown else "") + head)
+        out.append(f"  impact: {f.step_fraction:.1%} of step time; estimated speedup if fixed "
+                   f"{f.speedup:.2f}x")
+        for e in f.evidence:
+            out.append(f"  - {e}")
+        if f.top_events:
+            tops = "; ".join(f"{t['name'][:60]} {t.get('total_ms', t.get('d_samples'))}"
+                             for t in f.top_events[:3])
+            out.append(f"  - top events: {tops}")
+        out.append(f"  remedy: {f.remedy}")
+        if f.fix_command:
+            out.append(f"  fix: {('`' + f.fix_command + '`') if markdown else f.fix_command}")
+        out.append("")
+    for s in report.skipped:
+        out.append(f"not checked: {s.id}: {s.reason}")
+    out.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(out).rstrip() + "\n"
+
+
+__all__ = ["ALL_CATEGORIES", "Report", "analyze", "build_report", "render_json", "render_text"]

@@ -1,0 +1,1 @@
+"""Facts several detectors share, each computed once from the event table or the sampler data."""

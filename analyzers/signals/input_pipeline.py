@@ -1,0 +1,179 @@
+"""What the trace says about a tf.data pipeline (docs/trace-signals.md, "tf.data").
+
+tf.data writes one event per iterator stage call, named by the stage path
+(`Iterator::Root::Prefetch::ParallelMapV2::BatchV2::ParallelInterleaveV4[3]::FlatMap...`), on its
+own threads (`tf_data_*` lines); the ops of map functions run there too (`ParseExampleV2`,
+`Cast`...). From the stage paths we read the pipeline's shape (prefetch or not, parallel stages,
+map before batch) without the user's code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers.context import Context
+
+_PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
+                        r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
+_READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "SSTable", "Parquet", "ArrayRecord")
+_BRACKETS = re.compile(r"\[\d+\]")
+_ELEMENT = re.compile(r"(Interleave\w*\[\d+\])")
+_INTERLEAVE_CHILD = re.compile(r"Interleave\w*\[\d+\]::[A-Za-z0-9]+$")
+
+
+@dataclass
+class InputPipeline:
+    present: bool
+    stage_paths: list[str]
+    has_prefetch: bool
+    parallel_stages: list[str]
+    sequential_stages: list[str]
+    map_before_batch: bool
+    parse_ops_per_step: float
+    parse_ms_per_step: float
+    cast_ops_per_step: float
+    input_op_ms_per_step: float  # CPU work of map functions on tf.data threads
+    reader_ms_per_step: float  # time inside reader stages (reads + decompression)
+    reader_concurrency: float  # mean number of reader calls in flight while any is
+    producer_threads: int
+
+
+def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
+    if not len(s):
+        return 0.0
+    order = np.argsort(s)
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate(([s[0]], reach[:-1]))
+    union = np.clip(e - np.maximum(s, prev), 0, None).sum()
+    return float((e - s).sum() / union) if union > 0 else 0.0
+
+
+def analyze_input_pipeline(ctx: Context) -> InputPipeline:
+    ev = ctx.in_steps
+    names = ev["name"].astype(str)
+    stages = names[names.str.startswith("Iterator::")]
+    paths = sorted({_BRACKETS.sub("", n) for n in stages.unique()})
+    leaf = {p.rsplit("::", 1)[-1] for p in paths}
+    work = ev[ev["kind"] == "input_work"]
+    wnames = work["name"].astype(str)
+    is_stage = wnames.str.startswith("Iterator::")
+    ops = work[~is_stage & (work["op_type"].astype(str) != wnames)]
+    op_types = ops["op_type"].astype(str)
+    parse = ops[op_types.str.match(_PARSE_OPS)]
+    casts = ops[op_types == "Cast"]
+    n = max(ctx.n_steps, 1)
+    # Self time of map-function ops: leaf op events (not the executor wrappers).
+    reader_ev = work[is_stage & wnames.map(lambda x: x.rsplit("::", 1)[-1] in _READERS)]
+    reader_ms = float(reader_ev["dur_ns"].sum()) / 1e6 / n
+    # Concurrency of reads: the direct children of interleave elements (one per open input),
+    # or the reader stages themselves when there is no interleave.
+    inputs = work[wnames.str.contains(_INTERLEAVE_CHILD)]
+    if len(inputs):
+        # One span per interleave element (an open input file), first to last event.
+        element = inputs["name"].astype(str).str.extract(_ELEMENT, expand=False)
+        spans = inputs.assign(element=element.to_numpy()).groupby("element").agg(
+            start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        conc_ev = spans
+    else:
+        conc_ev = reader_ev
+    path_text = " ".join(paths)
+    parallel = sorted({s for s in leaf | {x for p in paths for x in p.split("::")}
+                       if s.startswith("Parallel") or s in ("MapAndBatch", "ParallelBatch")})
+    sequential = sorted({x for p in paths for x in p.split("::")}
+                        & {"Map", "Interleave", "FlatMap", "Batch"})
+    map_before = "MapAndBatch" in path_text or any(
+        re.search(r"::(BatchV2|Batch|PaddedBatchV2)::(ParallelMapV2|Map)(::|$)", p) for p in paths
+    )
+    return InputPipeline(
+        present=bool(paths) or len(work) > 0,
+        stage_paths=paths,
+        has_prefetch="Prefetch" in path_text or (names == "PrefetchConsume").any(),
+        parallel_stages=parallel,
+        sequential_stages=sequential,
+        map_before_batch=bool(map_before),
+        parse_ops_per_step=len(parse) / n,
+        parse_ms_per_step=float(parse["dur_ns"].sum()) / 1e6 / n,
+        cast_ops_per_step=len(casts) / n,
+        input_op_ms_per_step=float(ops["dur_ns"].sum()) / 1e6 / n,
+        reader_ms_per_step=reader_ms,
+        reader_concurrency=_mean_concurrency(conc_ev["start_ns"].to_numpy(),
+                                             conc_ev["end_ns"].to_numpy()),
+        producer_threads=int(work["line"].nunique()),
+    )
+
+
+def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
+    """The longest input waits, as (start, end) in ms from the trace start."""
+    ev = ctx.in_steps
+    w = ev[ev["kind"] == "input_wait"]
+    if ctx.main_line:
+        w = w[w["line"].astype(str) == ctx.main_line]
+    w = w.sort_values("dur_ns", ascending=False).drop_duplicates("start_ns").head(top)
+    return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in zip(w["start_ns"], w["end_ns"],
+                                                                      strict=True)]
+
+
+def top_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
+    if df.empty:
+        return []
+    g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(
+        "sum", ascending=False).head(n)
+    return [{"name": str(k), "total_ms": round(v["sum"] / 1e6, 3), "count": int(v["count"])}
+            for k, v in g.iterrows()]
+
+
+# An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.
+CPU_BOUND_UTILIZATION = 0.6
+CPU_BOUND_OP_SHARE = 0.5
+# Fewer open interleave inputs than this on average: reads are effectively sequential. A parallel
+# interleave with cycle_length 1 still opens the next input early, so it reads as ~1.7-2.0; with
+# cycle_length 4 TF 2.21 traces show 3.5-4.8 (docs/trace-signals.md, "tf.data").
+MIN_READER_CONCURRENCY = 2.5
+
+
+def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
+    """Is the input pipeline CPU-bound? With sampler data: the process keeps most CPUs busy while
+    steps wait; without: map-function op time per step is a large share of the wait."""
+    wait_ms = ctx.fractions.get("input_wait", 0.0) * ctx.steps.median_step_ns() / 1e6
+    if sampler is not None:
+        busy = sampler.cpu_utilization >= CPU_BOUND_UTILIZATION
+        return busy, (f"sampler: the process used {sampler.cpu_utilization:.0%} of "
+                      f"{sampler.n_cpus} CPUs during the steps; input threads "
+                      f"{sampler.input_cpu_share:.0%} of its CPU time")
+    share = pipe.input_op_ms_per_step / wait_ms if wait_ms > 0 else 0.0
+    return share >= CPU_BOUND_OP_SHARE, (
+        f"no sampler data: map-function ops take {pipe.input_op_ms_per_step:.1f} ms per step, "
+        f"{share:.0%} of the wait (storage waits and in-reader decompression look alike "
+        f"without it; capture with `recadvisor capture` to tell them apart)")
+
+
+def structural_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
+    """Pipeline-shape problems visible in the stage paths, cause → evidence."""
+    causes: dict[str, str] = {}
+    if not pipe.present:
+        return causes
+    if not pipe.has_prefetch:
+        causes["no_prefetch"] = ("no Prefetch stage at the end of the pipeline: batches are "
+                                 "produced only when the step asks for them")
+    if pipe.reader_concurrency and pipe.reader_concurrency < MIN_READER_CONCURRENCY:
+        causes["low_parallelism"] = (f"only {pipe.reader_concurrency:.1f} file reads in flight "
+                                     "on average: files are read one after another")
+    seq = [s for s in pipe.sequential_stages if s in ("Map", "Interleave")]
+    if seq:
+        causes.setdefault("low_parallelism", f"sequential stages {', '.join(seq)} "
+                                             "(no num_parallel_calls)")
+    if pipe.parse_ops_per_step >= 16 or pipe.map_before_batch:
+        causes["per_example_parsing"] = (
+            f"{pipe.parse_ops_per_step:.0f} parse ops per step "
+            f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time"
+            + (" (map before batch)" if pipe.map_before_batch else ""))
+    compression = str((ctx.config or {}).get("compression", "")).lower()
+    if compression in ("gzip", "zlib"):
+        causes["decompression"] = (f"run metadata: records are {compression.upper()}-compressed; "
+                                   f"reader stages take {pipe.reader_ms_per_step:.1f} ms per step")
+    return causes

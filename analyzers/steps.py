@@ -1,0 +1,169 @@
+"""Step segmentation and the per-step time breakdown.
+
+Steps come, in order of preference, from
+1. step markers: host events carrying a `step_num` stat (`tf.profiler.experimental.Trace(name,
+   step_num=..., _r=1)`, Keras' `train` trace, PyTorch's `ProfilerStep#N`);
+2. repeated calls of one compiled train function (`__inference_*` on the host), step i running from
+   call i to call i+1;
+and a trace with neither gets an explicit "no steps found".
+
+A step spans from its marker's start to the next marker's start, so time between steps (Python,
+input fetch outside the marker) belongs to a step. The breakdown gives each instant of a step to
+the highest-priority category active then (CATEGORIES order): compute first, so input waits, copies
+and collectives count only where they are exposed, not where they overlap compute.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# Breakdown categories, highest priority first, with the event kinds feeding each.
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "device_compute": ("device_compute",),
+    "host_compute": ("host_op",),
+    "collective": ("collective",),
+    "copy_d2d": ("d2d",),
+    "copy_h2d": ("h2d", "d2h"),
+    "input_wait": ("input_wait",),
+    "convert": ("convert",),
+    "launch": ("launch",),
+    "framework": ("framework",),
+}
+IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
+ALL_CATEGORIES = (*CATEGORIES, IDLE)
+
+_TRAIN_FN = re.compile(r"__inference_.*(train|step)", re.IGNORECASE)
+
+
+@dataclass
+class Steps:
+    table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
+    source: str  # "markers:<name>", "function:<name>" or "none"
+
+    @property
+    def found(self) -> bool:
+        return len(self.table) > 0
+
+    def fractions(self) -> dict[str, float]:
+        total = float(self.table["dur_ns"].sum())
+        if total <= 0:
+            return dict.fromkeys(ALL_CATEGORIES, 0.0)
+        return {c: float(self.table[c].sum()) / total for c in ALL_CATEGORIES}
+
+    def median_step_ns(self) -> float:
+        return float(self.table["dur_ns"].median()) if self.found else 0.0
+
+
+def _host(events: pd.DataFrame) -> pd.Series:
+    return ~events["plane"].astype(str).str.startswith("/device:") | events["plane"].astype(
+        str
+    ).str.startswith("/device:CPU")
+
+
+def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Return (DataFrame[step, start_ns, end_ns], source)."""
+    host = _host(events)
+    marked = events[host & (events["step_num"] >= 0)]
+    if len(marked):
+        if (marked["root"] > 0).any():
+            marked = marked[marked["root"] > 0]
+        per_name = marked.groupby("name", observed=True).agg(
+            steps=("step_num", "nunique"), total=("dur_ns", "sum")
+        )
+        best = per_name.sort_values(["steps", "total"], ascending=False).index[0]
+        m = marked[marked["name"] == best]
+        w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        w = w.reset_index().rename(columns={"step_num": "step"})
+        if len(w) >= 1:
+            return _chain(w), f"markers:{best}"
+    names = events.loc[host, "name"]
+    calls = events[host & names.astype(str).str.contains(_TRAIN_FN)]
+    if len(calls):
+        per_name = calls.groupby("name", observed=True).agg(n=("dur_ns", "size"),
+                                                             total=("dur_ns", "sum"))
+        per_name = per_name[per_name["n"] >= 2]
+        if len(per_name):
+            best = per_name.sort_values("total", ascending=False).index[0]
+            c = calls[calls["name"] == best].sort_values("start_ns")
+            # Nested duplicates of one call (EagerLocalExecute inside FunctionRun...) share a start.
+            c = c.drop_duplicates("start_ns")
+            w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
+                              "end_ns": c["end_ns"].to_numpy()})
+            return _chain(w), f"function:{best}"
+    return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none"
+
+
+def _chain(w: pd.DataFrame) -> pd.DataFrame:
+    w = w.sort_values("start_ns", ignore_index=True)
+    nxt = w["start_ns"].shift(-1)
+    w["end_ns"] = np.where(nxt.notna(), nxt.fillna(0), w["end_ns"]).astype(np.int64)
+    return w[w["end_ns"] > w["start_ns"]].reset_index(drop=True)
+
+
+def with_end(events: pd.DataFrame) -> pd.DataFrame:
+    if "end_ns" not in events:
+        events = events.assign(end_ns=events["start_ns"] + events["dur_ns"])
+    return events
+
+
+def clip_to_steps(starts: np.ndarray, ends: np.ndarray, w_start: np.ndarray,
+                  w_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split intervals at step boundaries: (interval index, step index, clipped start, end).
+    Intervals outside every step are dropped; one spanning k steps appears k times."""
+    first = np.searchsorted(w_start, starts, side="right") - 1
+    last = np.searchsorted(w_start, ends, side="left") - 1
+    first = np.maximum(first, 0)
+    n = np.maximum(last - first + 1, 0)
+    idx = np.repeat(np.arange(len(starts)), n)
+    step = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    ok = (step >= 0) & (step < len(w_start))
+    idx, step = idx[ok], step[ok]
+    s = np.maximum(starts[idx], w_start[step])
+    e = np.minimum(ends[idx], w_end[step])
+    keep = e > s
+    return idx[keep], step[keep], s[keep], e[keep]
+
+
+def union_per_step(step: np.ndarray, s: np.ndarray, e: np.ndarray, n_steps: int) -> np.ndarray:
+    """Covered length per step of a set of intervals that never cross a step boundary."""
+    if not len(s):
+        return np.zeros(n_steps, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e, step = s[order], e[order], step[order]
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate(([np.iinfo(np.int64).min], reach[:-1]))
+    contrib = np.clip(e - np.maximum(s, prev), 0, None)
+    return np.bincount(step, weights=contrib, minlength=n_steps).astype(np.int64)
+
+
+def step_breakdown(events: pd.DataFrame) -> Steps:
+    windows, source = find_step_windows(with_end(events))
+    cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
+    if windows.empty:
+        return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
+    events = with_end(events)
+    w_start = windows["start_ns"].to_numpy(np.int64)
+    w_end = windows["end_ns"].to_numpy(np.int64)
+    n = len(windows)
+    kinds = events["kind"].astype(str).to_numpy()
+    cover_prev = np.zeros(n, dtype=np.int64)
+    out = windows.copy()
+    out["dur_ns"] = w_end - w_start
+    acc_step, acc_s, acc_e = [], [], []
+    for cat, feeding in CATEGORIES.items():
+        sel = np.isin(kinds, feeding)
+        _, st, s, e = clip_to_steps(events["start_ns"].to_numpy()[sel],
+                                 events["end_ns"].to_numpy()[sel], w_start, w_end)
+        acc_step.append(st)
+        acc_s.append(s)
+        acc_e.append(e)
+        cover = union_per_step(np.concatenate(acc_step), np.concatenate(acc_s),
+                               np.concatenate(acc_e), n)
+        out[cat] = cover - cover_prev
+        cover_prev = cover
+    out[IDLE] = out["dur_ns"] - cover_prev
+    return Steps(out[cols].astype(np.int64), source)
