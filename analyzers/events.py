@@ -55,6 +55,10 @@ _INPUT_WAIT = re.compile(
     r"EagerLocalExecute: IteratorGetNext.*|MultiDeviceIteratorGetNextFromShard|"
     r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
 )
+# The consumer's side of GetNext, on whichever thread runs the IteratorGetNext op: in graph mode
+# (Keras 3 `multi_step_on_iterator`) TF runs it on a tf_data_* thread, not the Python thread.
+_CONSUMER_WAIT = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::\w+|"
+                            r"Iterator::Root)$")
 _COLLECTIVE = re.compile(
     r"(?i)(nccl|^Collective|AllReduce|all-reduce|AllToAll|all-to-all|AllGather|all-gather|"
     r"ReduceScatter|reduce-scatter|collective-permute|CollectivePermute|NcclAllReduce)"
@@ -107,6 +111,8 @@ def classify(name: str, op_type: str, plane: str, line: str) -> str:
         if _COLLECTIVE.search(name):
             return "collective"
         return "device_compute"
+    if _CONSUMER_WAIT.match(name):
+        return "input_wait"
     if line.startswith("tf_data"):
         return "input_work"
     if _H2D.match(name):

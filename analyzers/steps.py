@@ -36,7 +36,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
-_TRAIN_FN = re.compile(r"__inference_.*(train|step)", re.IGNORECASE)
+_TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 
 
 @dataclass

@@ -68,7 +68,8 @@ def analyze_input_pipeline(ctx: Context) -> InputPipeline:
     casts = ops[op_types == "Cast"]
     n = max(ctx.n_steps, 1)
     # Self time of map-function ops: leaf op events (not the executor wrappers).
-    reader_ev = work[is_stage & wnames.map(lambda x: x.rsplit("::", 1)[-1] in _READERS)]
+    is_reader = wnames.map(lambda x: x.rsplit("::", 1)[-1] in _READERS).astype(bool)
+    reader_ev = work[is_stage & is_reader]
     reader_ms = float(reader_ev["dur_ns"].sum()) / 1e6 / n
     # Concurrency of reads: the direct children of interleave elements (one per open input),
     # or the reader stages themselves when there is no interleave.
@@ -167,11 +168,14 @@ def structural_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     if seq:
         causes.setdefault("low_parallelism", f"sequential stages {', '.join(seq)} "
                                              "(no num_parallel_calls)")
-    if pipe.parse_ops_per_step >= 16 or pipe.map_before_batch:
+    if pipe.parse_ops_per_step >= 16:
         causes["per_example_parsing"] = (
             f"{pipe.parse_ops_per_step:.0f} parse ops per step "
-            f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time"
-            + (" (map before batch)" if pipe.map_before_batch else ""))
+            f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time")
+    elif pipe.map_before_batch:
+        causes["per_example_parsing"] = (
+            "the map function runs once per example (map before batch), "
+            f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")
     compression = str((ctx.config or {}).get("compression", "")).lower()
     if compression in ("gzip", "zlib"):
         causes["decompression"] = (f"run metadata: records are {compression.upper()}-compressed; "

@@ -1,0 +1,87 @@
+"""`recadvisor analyze` / `diff` end to end: formats, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from recadvisor.cli import main
+from tests.analyzers.traces import host_trace
+from tests.analyzers.xspace_builder import XSpaceBuilder
+
+
+def test_json_schema_and_fail_on(tmp_path, capsys):
+    _, run = host_trace(tmp_path, wait_ms=60)
+    assert main(["analyze", str(tmp_path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1 and doc["steps"]["count"] == 5
+    assert set(doc["breakdown"]) >= {"input_wait", "host_compute", "python_other"}
+    f = doc["findings"][0]
+    assert f["id"] == "io_stall" and f["severity"] == "high"
+    assert {"summary", "numbers", "top_events", "time_ranges_ms"} <= set(f["evidence"])
+    assert f["impact"]["estimated_speedup"] > 2 and f["remedy"]["text"]
+    assert main(["analyze", str(tmp_path), "--fail-on", "high"]) == 3
+    assert main(["analyze", str(run), "--format", "markdown"]) == 0
+    assert "| high | `io_stall`" in capsys.readouterr().out
+
+
+def test_clean_trace_passes_the_gate(tmp_path, capsys):
+    host_trace(tmp_path)
+    assert main(["analyze", str(tmp_path), "--fail-on", "medium"]) == 0
+
+
+def test_no_steps_is_reported_not_crashed(tmp_path, capsys):
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").line("python3").event("some_op", 0, 1000)
+    b.write(tmp_path)
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert "no steps found" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content", [b"", b"\x0a\xff\xff\xff\xff\x0f", b"garbage" * 50])
+def test_corrupt_trace_is_one_line_exit_2(tmp_path, content):
+    d = tmp_path / "plugins" / "profile" / "r1"
+    d.mkdir(parents=True)
+    (d / "h.xplane.pb").write_bytes(content)
+    p = subprocess.run([sys.executable, "-m", "recadvisor.cli", "analyze", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_empty_logdir_and_missing_path(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert main(["analyze", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "no profile runs" in err and "no such file" in err
+
+
+def test_output_file_written_atomically(tmp_path):
+    host_trace(tmp_path / "ld")
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(tmp_path / "ld"), "--format", "json", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["run"] == "2026_01_01_00_00_00"
+
+
+def test_diff_names_resolved_findings_and_speedup(tmp_path, capsys):
+    host_trace(tmp_path / "before", wait_ms=60)
+    host_trace(tmp_path / "after", wait_ms=0, step_ms=40)
+    assert main(["diff", str(tmp_path / "before"), str(tmp_path / "after"),
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["speedup"] == pytest.approx(2.5, rel=0.01)
+    assert {"id": "io_stall", "severity": "high"} in d["resolved"]
+
+
+def test_analyzer_path_never_imports_tensorflow(tmp_path):
+    host_trace(tmp_path, wait_ms=60)
+    target = str(tmp_path)
+    code = (f"import sys; from recadvisor.cli import main; rc = main(['analyze', {target!r}]); "
+            "bad = [m for m in ('tensorflow', 'keras', 'streamlit') if m in sys.modules]; "
+            "print(bad); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("[]")

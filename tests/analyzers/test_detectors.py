@@ -1,0 +1,180 @@
+"""Each detector on code-built traces that have its problem and on traces that do not."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analyzers.findings import Finding, Skipped
+from analyzers.report import analyze
+from tests.analyzers.traces import MS, gpu_trace, host_trace, thread_samples, write_sampler
+
+
+def by_id(report) -> dict[str, Finding]:
+    return {f.id: f for f in report.findings}
+
+
+def skipped(report) -> dict[str, Skipped]:
+    return {s.id: s for s in report.skipped}
+
+
+def medium_or_high(report) -> set[str]:
+    return {f.id for f in report.findings if f.severity in ("medium", "high")}
+
+
+# ---- input: io_stall vs input_preprocessing -------------------------------------------------
+
+def test_clean_host_trace_has_no_medium_or_high_finding(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=1)
+    report = analyze(run)
+    assert report.steps_found and report.ctx.n_steps == 5
+    assert medium_or_high(report) == set()
+    assert "io_stall" not in by_id(report) and "input_preprocessing" not in by_id(report)
+
+
+def test_io_stall_when_parallel_prefetched_readers_wait_and_cpu_idles(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=60)
+    f = by_id(analyze(run))
+    assert "io_stall" in f and "input_preprocessing" not in f
+    assert f["io_stall"].severity == "high"
+    assert f["io_stall"].step_fraction == pytest.approx(0.6, abs=0.02)
+    # What-if: removing a 60% wait makes the step 2.5x faster.
+    assert f["io_stall"].speedup == pytest.approx(2.5, rel=0.06)
+    assert f["io_stall"].time_ranges_ms
+
+
+def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5)
+    f = by_id(analyze(run))
+    assert "input_preprocessing" in f and "io_stall" not in f
+    assert "per_example_parsing" in f["input_preprocessing"].numbers["causes"]
+    assert f["input_preprocessing"].severity == "high"
+
+
+def test_no_prefetch_and_one_reader_are_named(tmp_path):
+    pipe = "Iterator::Root::ParallelMapV2::BatchV2::ParallelInterleaveV4"
+    _, run = host_trace(tmp_path, wait_ms=40, pipeline=pipe, readers=1)
+    f = by_id(analyze(run))
+    causes = f["input_preprocessing"].numbers["causes"]
+    assert "no_prefetch" in causes and "low_parallelism" in causes
+    assert "io_stall" not in f
+
+
+def test_contention_from_input_threads_needs_sampler_data(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=0)
+    assert "input_preprocessing" not in by_id(analyze(run))
+    samples = thread_samples(500, 50, {"python3": ("R", 0.1), "tf_Compute": ("R", 1.2),
+                                       "tf_data_privat": ("R", 0.6)})
+    write_sampler(run, samples, n_cpus=2)
+    f = by_id(analyze(run))["input_preprocessing"]
+    assert f.numbers["contention_share"] == pytest.approx(0.6 / 1.9, abs=0.03)
+    assert f.severity == "high"
+
+
+# ---- convert_to_tensor_gaps -------------------------------------------------------------------
+
+def _casts(n: int, each_ms: float):
+    def add(b, host, main, comp, t0, i):
+        for k in range(n):
+            s = t0 + int(72 * MS) + int(k * each_ms * MS)
+            main.event("convert_to_tensor", s, int(each_ms * MS * 0.3))
+            main.event("EagerLocalExecute: Cast", s + int(each_ms * MS * 0.3),
+                       int(each_ms * MS * 0.6))
+    return add
+
+
+def test_convert_gaps_found_when_casts_take_step_time(tmp_path):
+    _, run = host_trace(tmp_path, compute_ms=70, per_step=_casts(20, 1.0))
+    f = by_id(analyze(run))["convert_to_tensor_gaps"]
+    assert f.numbers["eager_casts_per_step"] == 20
+    assert f.severity in ("medium", "high")
+
+
+def test_convert_gaps_absent_with_few_conversions(tmp_path):
+    _, run = host_trace(tmp_path, per_step=_casts(1, 0.5))
+    assert "convert_to_tensor_gaps" not in by_id(analyze(run))
+
+
+# ---- GPU traces ---------------------------------------------------------------------------------
+
+def test_gpu_clean_trace_has_no_medium_or_high_finding(tmp_path):
+    report = analyze(gpu_trace(tmp_path, h2d_ms=2, h2d_serial=False, nccl_ms=10,
+                               nccl_overlapped=True))
+    assert report.ctx.has_accelerator and report.ctx.n_devices == 4
+    assert medium_or_high(report) == set()
+
+
+def test_serialized_h2d_on_gpus(tmp_path):
+    f = by_id(analyze(gpu_trace(tmp_path, h2d_ms=6, h2d_serial=True)))
+    assert f["serialized_h2d"].numbers["overlap_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert f["serialized_h2d"].severity in ("medium", "high")
+
+
+def test_overlapped_h2d_is_not_serialized(tmp_path):
+    assert "serialized_h2d" not in by_id(analyze(gpu_trace(tmp_path, h2d_ms=6,
+                                                           h2d_serial=False)))
+
+
+def test_exposed_nccl_is_collective_overhead(tmp_path):
+    f = by_id(analyze(gpu_trace(tmp_path, nccl_ms=30)))["collective_overhead"]
+    assert f.step_fraction == pytest.approx(0.3, abs=0.03)
+    assert f.severity == "high"
+
+
+def test_nccl_hidden_under_compute_costs_nothing(tmp_path):
+    assert "collective_overhead" not in by_id(analyze(gpu_trace(tmp_path, nccl_ms=30,
+                                                                nccl_overlapped=True)))
+
+
+def test_many_tiny_kernels_are_launch_overhead(tmp_path):
+    f = by_id(analyze(gpu_trace(tmp_path, kernels=400, kernel_ms=4, devices=1)))
+    assert f["kernel_launch_overhead"].numbers["ops_per_step"] == 400
+
+
+def test_few_long_kernels_are_not_launch_overhead(tmp_path):
+    assert "kernel_launch_overhead" not in by_id(analyze(gpu_trace(tmp_path, kernels=10)))
+
+
+def test_host_device_pingpong(tmp_path):
+    f = by_id(analyze(gpu_trace(tmp_path, kernel_ms=50, pingpong_ms=25, devices=1)))
+    assert f["host_device_pingpong"].severity in ("medium", "high")
+
+
+def test_pingpong_needs_an_accelerator_and_host_ops(tmp_path):
+    assert "host_device_pingpong" not in by_id(analyze(gpu_trace(tmp_path / "g", devices=1)))
+    _, run = host_trace(tmp_path / "h")
+    assert "host_device_pingpong" in skipped(analyze(run))
+
+
+# ---- dstate_threads (sampler) -----------------------------------------------------------------
+
+def test_dstate_skipped_without_sampler(tmp_path):
+    _, run = host_trace(tmp_path)
+    assert "no OS sampler data" in skipped(analyze(run))["dstate_threads"].reason
+
+
+def test_dstate_threads_found_with_many_d_readers(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=20)
+    threads = {"python3": ("R", 0.3), "tf_Compute": ("R", 1.0)}
+    threads.update({f"tf_data_privat#{i}": ("D", 0.01) for i in range(12)})
+    write_sampler(run, thread_samples(500, 50, threads), n_cpus=2)
+    f = by_id(analyze(run))["dstate_threads"]
+    assert f.numbers["mean_d_threads"] == pytest.approx(12, abs=0.1)
+    assert f.numbers["oversubscribed_share"] == 1.0
+    assert f.severity in ("medium", "high")
+
+
+def test_no_dstate_finding_when_threads_sleep_normally(tmp_path):
+    _, run = host_trace(tmp_path)
+    threads = {"python3": ("S", 0.1), "tf_Compute": ("R", 1.0), "tf_data_privat": ("S", 0.1)}
+    write_sampler(run, thread_samples(500, 50, threads), n_cpus=2)
+    report = analyze(run)
+    assert "dstate_threads" not in by_id(report) and "dstate_threads" not in skipped(report)
+
+
+def test_sampler_alignment_uses_profile_start(tmp_path):
+    _, run = host_trace(tmp_path)
+    write_sampler(run, thread_samples(200, 50, {"python3": ("R", 1.0)}))
+    data = analyze(run).run
+    assert data.threads["t_ns"].min() == 0  # first sample at profile_start_time
+    assert isinstance(data.threads, pd.DataFrame)

@@ -1,0 +1,60 @@
+"""The analyzers on real TF 2.x CPU traces: a Keras job that is not ours, and trainer presets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzers.report import analyze
+
+pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+
+
+def _keras(tmp_path: Path, mode: str) -> Path:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, str(HERE / "keras_job.py"), str(tmp_path / mode), mode],
+                   check=True, timeout=300, env=env, capture_output=True)
+    return tmp_path / mode
+
+
+def test_keras_input_bound_job_is_diagnosed(tmp_path):
+    report = analyze(_keras(tmp_path, "slow"))
+    assert report.steps_found and report.ctx.n_steps >= 5
+    found = {f.id: f for f in report.findings}
+    assert "input_preprocessing" in found, report.findings
+    f = found["input_preprocessing"]
+    assert f.severity in ("medium", "high")
+    # Keras adds its own prefetch and TF fuses map+batch: what is left is the per-example map.
+    assert "per_example_parsing" in f.numbers["causes"]
+
+
+def test_keras_fast_job_has_no_input_finding(tmp_path):
+    report = analyze(_keras(tmp_path, "fast"))
+    assert report.steps_found
+    ids = {f.id for f in report.findings if f.severity in ("medium", "high")}
+    assert not ids & {"io_stall", "input_preprocessing"}, report.findings
+
+
+@pytest.mark.parametrize("preset,expected", [("io_stall", "io_stall"),
+                                             ("per_example", "input_preprocessing"),
+                                             ("clean", None)])
+def test_reference_presets(tmp_path, preset, expected):
+    env = {**os.environ, "RECADVISOR_CACHE": os.environ.get("RECADVISOR_TEST_CACHE",
+                                                            str(tmp_path / "cache"))}
+    subprocess.run([sys.executable, "-m", "recadvisor.cli", "train", "--preset", preset,
+                    "--logdir", str(tmp_path / preset), "--no-progress", "--steps", "20"],
+                   check=True, timeout=400, env=env, capture_output=True)
+    report = analyze(tmp_path / preset)
+    strong = {f.id for f in report.findings if f.severity in ("medium", "high")}
+    if expected is None:
+        assert strong == set(), report.findings
+    else:
+        assert expected in strong, report.findings
+        fix = next(f for f in report.findings if f.id == expected).fix_command
+        assert fix and fix.startswith("recadvisor train")

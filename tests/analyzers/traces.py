@@ -1,0 +1,153 @@
+"""Code-built traces with and without each anti-pattern, shared by the detector tests.
+
+Host traces mirror TF 2.21 CPU xplanes (docs/trace-signals.md); GPU traces mirror the CUPTI
+collector's planes (`/device:GPU:N`, `Stream #<id>(<types>)` lines, `/host:CUPTI` launch calls).
+Every step is `step_ms` long and starts with a `train` marker carrying `step_num` and `_r`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from tests.analyzers.xspace_builder import DEFAULT_PROFILE_START_NS, Ref, XSpaceBuilder
+
+MS = 1_000_000
+PIPE = "Iterator::Root::Prefetch::ParallelMapV2::BatchV2::ParallelInterleaveV4"
+
+
+def host_trace(
+    tmp: Path,
+    *,
+    steps: int = 5,
+    step_ms: float = 100.0,
+    wait_ms: float = 0.0,
+    compute_ms: float | None = None,
+    pipeline: str = PIPE,
+    readers: int = 4,
+    parse_ops: int = 1,
+    parse_op_ms: float = 1.0,
+    per_step: Callable | None = None,
+) -> tuple[XSpaceBuilder, Path]:
+    """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
+    then runs ops for `compute_ms` on a compute thread; tf.data readers run concurrently."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    comp = host.line("tf_Compute/11", line_id=11)
+    reader_lines = [host.line(f"tf_data_private_threadpool/{20 + i}", line_id=20 + i)
+                    for i in range(max(readers, 1))]
+    parse_line = host.line("tf_data_iterator_resource/40", line_id=40)
+    compute_ms = step_ms - wait_ms - 2 if compute_ms is None else compute_ms
+    element = 0
+    for i in range(steps):
+        t0 = int(i * step_ms * MS)
+        main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
+        if wait_ms:
+            main.event("IteratorGetNextOp::DoCompute", t0 + MS // 2, int(wait_ms * MS))
+            main.event(pipeline.split("::BatchV2")[0], t0 + MS // 2, int(wait_ms * MS))
+        c0 = t0 + MS // 2 + int(wait_ms * MS)
+        main.event("EagerLocalExecute: __inference_train_step_42", c0, int(compute_ms * MS))
+        n_ops = 20
+        for k in range(n_ops):
+            comp.event(f"dense_{k}/MatMul:MatMul", c0 + int(k * compute_ms / n_ops * MS),
+                       int(compute_ms / n_ops * MS) - 1000)
+        # Readers: `readers` interleave elements open for the whole step.
+        for line in reader_lines[:readers]:
+            line.event(f"{pipeline}[{element}]::FlatMap", t0, int(step_ms * MS) - 2000)
+            element += 1
+        for k in range(parse_ops):
+            parse_line.event("ParseExample/ParseExampleV2:ParseExampleV2",
+                             t0 + int(k * parse_op_ms * MS * 0.5), int(parse_op_ms * MS))
+        if per_step:
+            per_step(b, host, main, comp, t0, i)
+    return b, b.write(tmp)
+
+
+def gpu_trace(
+    tmp: Path,
+    *,
+    steps: int = 4,
+    step_ms: float = 100.0,
+    devices: int = 4,
+    kernel_ms: float = 60.0,
+    kernels: int = 20,
+    h2d_ms: float = 0.0,
+    h2d_serial: bool = True,
+    nccl_ms: float = 0.0,
+    nccl_overlapped: bool = False,
+    pingpong_ms: float = 0.0,
+) -> Path:
+    """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    hostops = host.line("tf_Compute/11", line_id=11)
+    cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
+    gpus = [b.plane(f"/device:GPU:{d}", plane_id=d + 1) for d in range(devices)]
+    streams = [(g.line("Stream #7(Kernel)", line_id=7), g.line("Stream #14(MemcpyH2D)", 14),
+                g.line("Stream #20(Kernel)", line_id=20), g.line("Stream #15(MemcpyD2H)", 15))
+               for g in gpus]
+    corr = 1
+    for i in range(steps):
+        t0 = int(i * step_ms * MS)
+        main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
+        t = t0 + MS // 10
+        for d, (_, h2d, _, _) in enumerate(streams):
+            if h2d_ms:
+                start = t + (int(d * h2d_ms * MS) if h2d_serial else 0)
+                h2d.event("MemcpyH2D", start, int(h2d_ms * MS), device_id=d,
+                          memcpy_details=Ref("kind_src:pageable kind_dst:device size:4194304"))
+        after_copy = t + int((devices if h2d_serial else 1) * h2d_ms * MS)
+        k_dur = kernel_ms / kernels
+        for d, (kern, _, nccl, d2h) in enumerate(streams):
+            for k in range(kernels):
+                ks = after_copy + int(k * k_dur * MS)
+                kern.event(f"volta_sgemm_128x64_nn_{k % 3}", ks, max(int(k_dur * MS) - 500, 1),
+                           correlation_id=corr, device_id=d)
+                if d == 0:
+                    cupti.event("cuLaunchKernel", ks - 3000, 2500, correlation_id=corr)
+                corr += 1
+            end_k = after_copy + int(kernel_ms * MS)
+            if nccl_ms:
+                ns = after_copy if nccl_overlapped else end_k
+                nccl.event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ns, int(nccl_ms * MS))
+            if pingpong_ms:
+                d2h.event("MemcpyD2H", end_k, MS // 5)
+        if pingpong_ms:
+            ps = after_copy + int(kernel_ms * MS) + MS // 4
+            hostops.event("postprocess/Unique:Unique", ps, int(pingpong_ms * MS))
+    return b.write(tmp)
+
+
+def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
+                  cpu_percent: float = 100.0) -> None:
+    """Sampler files in the layout of recadvisor/capture/layout.py; `threads` has t_ms, tid,
+    name, state, user_s, system_s."""
+    t0 = DEFAULT_PROFILE_START_NS
+    th = threads.copy()
+    th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
+    th["pid"] = 100
+    th["blkio_ticks"] = 0
+    th.to_parquet(run_dir / "host.threads.parquet")
+    ts = sorted(th["ts_ns"].unique())
+    pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
+                  "read_bytes": 0, "write_bytes": 0, "num_threads": th["tid"].nunique(),
+                  "system_cpu_percent": cpu_percent / n_cpus, "iowait_s": 0.0,
+                  "n_cpus": n_cpus}).to_parquet(run_dir / "host.process.parquet")
+
+
+def thread_samples(duration_ms: float, hz: float, threads: dict[str, tuple[str, float]]
+                   ) -> pd.DataFrame:
+    """Samples for named threads: name → (state letter, CPU cores it uses)."""
+    rows = []
+    n = int(duration_ms / 1000 * hz)
+    for k in range(n):
+        t = k * 1000 / hz
+        for tid, (name, (state, cores)) in enumerate(threads.items(), start=1000):
+            cpu = cores * t / 1000
+            rows.append({"t_ms": t, "tid": tid, "name": name.split("#")[0], "state": state,
+                         "user_s": cpu, "system_s": 0.0})
+    return pd.DataFrame(rows)
