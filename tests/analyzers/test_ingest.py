@@ -1,0 +1,750 @@
+"""The ingest layer: xplane decoder, schema, corrupt input, Chrome traces, logdir loading, steps.
+
+All traces are built by code (tests/analyzers/xspace_builder.py). Only the schema/TF tests import
+TensorFlow; the tests on a real TF trace use /tmp/pl when it exists and skip otherwise.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from google.protobuf import descriptor_pb2
+
+from analyzers.events import empty_events
+from analyzers.ingest.chrome_trace import read_chrome_trace
+from analyzers.ingest.logdir import find_runs, load_run, select_run
+from analyzers.ingest.xplane import read_xplane
+from analyzers.ingest.xplane_decode import decode_xspace
+from analyzers.ingest.xplane_schema import XPlane, XSpace
+from analyzers.steps import ALL_CATEGORIES, step_breakdown
+from tests.analyzers.xspace_builder import (
+    DEFAULT_PROFILE_START_NS,
+    LineBuilder,
+    Ref,
+    XSpaceBuilder,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+MS = 1_000_000
+REAL_TRACES = sorted(Path("/tmp/pl").glob("*/plugins/profile/*/*.xplane.pb"),
+                     key=lambda p: p.stat().st_size)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _protobuf_view(data: bytes) -> tuple[list, list, list]:
+    """(lines, events, stats) read with protobuf, in the decoder's row order.
+
+    lines: (plane, id, timestamp_ns, duration_ps, name, display_name)
+    events: (line, metadata_id, offset_ps, duration_ps, num_occurrences)
+    stats: (event, metadata_id, kind, value) with kind the XStat field number."""
+    kinds = {"double_value": 2, "uint64_value": 3, "int64_value": 4, "str_value": 5,
+             "bytes_value": 6, "ref_value": 7}
+    lines, events, stats = [], [], []
+    for pi, plane in enumerate(XSpace.FromString(data).planes):
+        for line in plane.lines:
+            lines.append((pi, line.id, line.timestamp_ns, line.duration_ps, line.name,
+                          line.display_name))
+            for ev in line.events:
+                events.append((len(lines) - 1, ev.metadata_id, ev.offset_ps, ev.duration_ps,
+                               ev.num_occurrences))
+                for st in ev.stats:
+                    which = st.WhichOneof("value")
+                    value = getattr(st, which) if which else 0
+                    if which == "str_value":
+                        value = value.encode()
+                    stats.append((len(events) - 1, st.metadata_id, kinds.get(which, 0), value))
+    return lines, events, stats
+
+
+def assert_decoder_matches_protobuf(data: bytes) -> None:
+    space = decode_xspace(data)
+    lines, events, stats = _protobuf_view(data)
+    ref = XSpace.FromString(data)
+
+    assert len(space.plane_rest) == len(ref.planes)
+    for rest, plane in zip(space.plane_rest, ref.planes, strict=True):
+        without_lines = XPlane()
+        without_lines.CopyFrom(plane)
+        del without_lines.lines[:]
+        assert XPlane.FromString(rest) == without_lines
+
+    got_lines = [
+        (int(li[0]), int(li[1]), int(li[2]), int(li[3]), space.text(*ls[:2]), space.text(*ls[2:]))
+        for li, ls in zip(space.lines_i, space.lines_s, strict=True)
+    ]
+    assert got_lines == lines
+
+    ev = space.events
+    got_events = [(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[5])) for r in ev]
+    assert got_events == events
+
+    got_stats = []
+    for row, dbl in zip(space.stats_i, space.stats_d, strict=True):
+        event, mid, kind, value, length = (int(x) for x in row)
+        if kind == 2:
+            value = float(dbl)
+        elif kind in (3, 7):
+            value &= 2**64 - 1  # uint64 travels as int64 bits
+        elif kind in (5, 6):
+            value = space.buf[value:value + length].tobytes()
+        got_stats.append((event, mid, kind, value))
+    assert got_stats == stats
+
+
+def _expected_table(data: bytes) -> pd.DataFrame:
+    """What read_xplane should return, computed from the protobuf parse."""
+    space = XSpace.FromString(data)
+    env = {p.name: p for p in space.planes}.get("Task Environment")
+    t0 = 0
+    if env is not None:
+        names = {k: m.name for k, m in env.stat_metadata.items()}
+        t0 = next((s.uint64_value for s in env.stats
+                   if names.get(s.metadata_id) == "profile_start_time"), 0)
+    all_lines = [line for p in space.planes for line in p.lines]
+    shift = 0 if t0 else min((line.timestamp_ns for line in all_lines), default=0)
+    rows = []
+    for p in space.planes:
+        for line in p.lines:
+            for e in line.events:
+                meta = p.event_metadata.get(e.metadata_id)
+                name = (meta.name or meta.display_name) if meta is not None else "<unknown>"
+                rows.append((p.name, line.display_name or line.name, line.id, name,
+                             line.timestamp_ns - shift + e.offset_ps // 1000,
+                             e.duration_ps // 1000))
+    return pd.DataFrame(rows, columns=["plane", "line", "line_id", "name", "start_ns", "dur_ns"])
+
+
+def _table_rows(df: pd.DataFrame) -> pd.DataFrame:
+    out = df[["plane", "line", "line_id", "name", "start_ns", "dur_ns"]].copy()
+    for col in ("plane", "line", "name"):
+        out[col] = out[col].astype(str)
+    return out.reset_index(drop=True)
+
+
+def _random_builder(rng: random.Random) -> XSpaceBuilder:
+    """A random small space: empty planes and lines, negative ids, every stat type."""
+    b = XSpaceBuilder(profile_start_ns=rng.choice([None, DEFAULT_PROFILE_START_NS]))
+    names = ["train", "IteratorGetNext", "dense/MatMul:MatMul", "ExecutorState::Process",
+             "MemcpyH2D", "volta_sgemm_128x64_nn", "Iterator::Root::Prefetch", "ünïcode:Op"]
+    stat_names = ["step_num", "_r", "correlation_id", "device_ordinal", "memcpy_details",
+                  "tf_op", "bytes_transferred", "element_id", "kernel_details", "x"]
+
+    def value(stat: str):
+        kind = rng.randrange(7)
+        if stat in ("memcpy_details", "tf_op", "kernel_details") and kind < 4:
+            return Ref(rng.choice(["kind_src:pageable kind_dst:device size:4096",
+                                   "dense/MatMul:MatMul", "regs:32"]))
+        return [rng.randrange(-2**63, 2**63),  # int64, negatives as 10-byte varints
+                rng.randrange(2**63, 2**64),  # uint64 above int64
+                rng.randrange(0, 1000),
+                rng.uniform(-1e9, 1e9),
+                rng.choice(["", "a", "kind_src:pageable size:8", "ü"]),
+                bytes(rng.randrange(256) for _ in range(rng.randrange(4))),
+                Ref(rng.choice(["r1", "r2", "DEFAULT"]))][kind]
+
+    for pi in range(rng.randrange(0, 4)):
+        plane = b.plane(rng.choice(["/host:CPU", "/device:GPU:0", "/host:metadata", f"p{pi}"]))
+        if rng.random() < 0.3:
+            plane.stat(rng.choice(stat_names), value("x"))
+        for li in range(rng.randrange(0, 4)):
+            ts = rng.choice([0, rng.randrange(10**6), 1_790_000_000_000_000_000 + li])
+            line = plane.line(f"line{li}", line_id=rng.choice([li, -li - 1, -(2**62)]),
+                              timestamp_ns=ts)
+            if rng.random() < 0.2:
+                line.message.display_name = f"display{li}"
+                line.message.duration_ps = rng.randrange(10**9)
+            for _ in range(rng.randrange(0, 12)):
+                stats = {}
+                if rng.random() < 0.6:
+                    for s in rng.sample(stat_names, rng.randrange(1, 4)):
+                        stats[s] = value(s)
+                start = line.message.timestamp_ns + rng.randrange(-5, 10**6)
+                line.event(rng.choice(names), start, rng.randrange(10**5), **stats)
+            if line.message.events and rng.random() < 0.1:
+                line.message.events[0].num_occurrences = 3  # the other branch of the oneof
+    return b
+
+
+def _run_logdir(tmp_path: Path, builders: dict[tuple[str, str], XSpaceBuilder]) -> Path:
+    for (run, host), b in builders.items():
+        b.write(tmp_path, run=run, host=host)
+    return tmp_path
+
+
+def _main_and_compute(**kw) -> tuple[XSpaceBuilder, LineBuilder, LineBuilder]:
+    """A space with a host plane, its Python thread line and one TF op thread line."""
+    b = XSpaceBuilder(**kw)
+    host = b.plane("/host:CPU")
+    return b, host.line("python3", line_id=11), host.line("tf_Compute/1", line_id=1)
+
+
+def _step_trace(**kw) -> XSpaceBuilder:
+    """3 steps of 100 ms: 30 ms IteratorGetNext on the main thread, 60 ms of MatMul on a
+    tf_Compute line, 10 ms uncovered. `train` markers carry step_num and _r=1."""
+    b, main, compute = _main_and_compute(**kw)
+    for i in range(3):
+        t = i * 100 * MS
+        main.event("train", t, 95 * MS, step_num=i, _r=1)
+        main.event("IteratorGetNext", t, 30 * MS)
+        compute.event("dense/MatMul:MatMul", t + 30 * MS, 60 * MS)
+    return b
+
+
+# --------------------------------------------------------------------------- (a) decoder
+
+
+def test_builder_file_decodes_like_protobuf():
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    host.stat("cpu_count", 2)
+    host.line("python3", line_id=7).event("train", 5, 100, step_num=1, _r=1).event(
+        "IteratorGetNext", 10, 20, big=2**64 - 1, f=0.25, s="text", raw=b"\x00\xff",
+        r=Ref("interned"), neg=-5)
+    host.line("empty", line_id=-3, timestamp_ns=1000)
+    b.plane("/device:GPU:0")  # empty plane
+    assert_decoder_matches_protobuf(b.to_bytes())
+
+
+def test_builder_interns_metadata_like_tf():
+    b = XSpaceBuilder()
+    line = b.plane("/host:CPU").line("t")
+    line.event("a", 0, 1, k=Ref("v")).event("b", 0, 1).event("a", 0, 1, k=2)
+    plane, env = XSpace.FromString(b.to_bytes("vm")).planes
+    assert {k: m.name for k, m in plane.event_metadata.items()} == {1: "a", 2: "b"}
+    assert {k: m.name for k, m in plane.stat_metadata.items()} == {1: "k", 2: "v"}
+    firsts = [e.stats[0] for e in plane.lines[0].events if e.stats]
+    assert [(s.WhichOneof("value"), s.ref_value, s.int64_value) for s in firsts] == [
+        ("ref_value", 2, 0), ("int64_value", 0, 2)]
+    assert env.name == "Task Environment" and not env.lines
+    stats = {env.stat_metadata[s.metadata_id].name: s for s in env.stats}
+    assert stats["profile_start_time"].uint64_value == DEFAULT_PROFILE_START_NS
+    assert stats["profile_stop_time"].uint64_value == DEFAULT_PROFILE_START_NS + 1
+    assert list(XSpace.FromString(b.to_bytes("vm")).hostnames) == ["vm"]
+
+
+def test_decoder_fuzz_matches_protobuf_and_table():
+    rng = random.Random(20260101)
+    n_events = 0
+    for _ in range(150):
+        data = _random_builder(rng).to_bytes()
+        assert_decoder_matches_protobuf(data)
+        n_events += len(decode_xspace(data).events)
+    assert n_events > 1000  # the fuzz did exercise events
+
+
+def test_read_xplane_table_matches_protobuf(tmp_path):
+    rng = random.Random(7)
+    checked = 0
+    for i in range(40):
+        data = _random_builder(rng).to_bytes()
+        if not data:  # an empty XSpace: read_xplane rejects empty files (tested below)
+            continue
+        path = tmp_path / f"{i}.xplane.pb"
+        path.write_bytes(data)
+        table = read_xplane(path, "h")
+        expected = _expected_table(path.read_bytes())
+        pd.testing.assert_frame_equal(_table_rows(table.events), expected, check_dtype=False)
+        checked += len(expected)
+    assert checked > 100
+
+
+def test_read_xplane_stats_columns(tmp_path):
+    b = XSpaceBuilder()
+    gpu = b.plane("/device:GPU:0")
+    s7 = gpu.line("Stream #7(Kernel,MemcpyH2D)", line_id=7)
+    s7.event("volta_sgemm", 10, 5, correlation_id=41, device_ordinal=0,
+             tf_op=Ref("dense/MatMul:MatMul"), kernel_details=Ref("regs:32"))
+    s7.event("MemcpyH2D", 20, 5, correlation_id=42,
+             memcpy_details=Ref("kind_src:pageable kind_dst:device size:4096"),
+             bytes_transferred=4096)
+    b.plane("/host:CPU").line("python3").event("train", 0, 100, step_num=2**40, _r=1)
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(b.to_bytes())
+    df = read_xplane(path, "h").events.set_index("name")
+    assert df.loc["volta_sgemm", "correlation_id"] == 41
+    assert df.loc["volta_sgemm", "device_id"] == 0
+    assert df.loc["volta_sgemm", "tf_op"] == "dense/MatMul:MatMul"
+    assert df.loc["MemcpyH2D", "memcpy_details"] == "kind_src:pageable kind_dst:device size:4096"
+    assert df.loc["MemcpyH2D", "bytes"] == 4096
+    assert df.loc["MemcpyH2D", "kind"] == "h2d"
+    assert df.loc["volta_sgemm", "kind"] == "device_compute"
+    assert df.loc["train", "step_num"] == 2**40 and df.loc["train", "root"] == 1
+    assert df.loc["train", "device_id"] == -1
+
+
+def test_absolute_timestamps_without_task_environment(tmp_path):
+    t_abs = 1_795_000_000_000_000_000
+    b = XSpaceBuilder(profile_start_ns=None)
+    b.plane("/host:CPU").line("a", timestamp_ns=t_abs + 500).event("x", t_abs + 700, 10)
+    b.plane("/host:CPU").line("b", timestamp_ns=t_abs).event("y", t_abs + 2000, 10)
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(b.to_bytes())
+    table = read_xplane(path, "h")
+    assert table.t0_unix_ns == t_abs
+    assert table.events.set_index("name")["start_ns"].to_dict() == {"x": 700, "y": 2000}
+    assert "Task Environment" not in table.planes
+
+
+@pytest.mark.skipif(not REAL_TRACES, reason="no real TF trace under /tmp/pl")
+def test_real_tf_trace_decodes_like_protobuf():
+    assert_decoder_matches_protobuf(REAL_TRACES[0].read_bytes())
+
+
+# --------------------------------------------------------------------------- (b) TF schema
+
+
+@pytest.fixture(scope="module")
+def tf_xplane_pb2():
+    pytest.importorskip("tensorflow")
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    return xplane_pb2
+
+
+def _fields(msg: descriptor_pb2.DescriptorProto) -> dict[str, tuple]:
+    oneofs = [o.name for o in msg.oneof_decl]
+    return {
+        f.name: (f.number, f.type, f.label, f.type_name.rsplit(".", 1)[-1],
+                 oneofs[f.oneof_index] if f.HasField("oneof_index") else None)
+        for f in msg.field
+    }
+
+
+def _messages(fd: descriptor_pb2.FileDescriptorProto) -> dict[str, dict]:
+    out = {}
+    for m in fd.message_type:
+        out[m.name] = _fields(m)
+        for nested in m.nested_type:
+            out[f"{m.name}.{nested.name}"] = (_fields(nested), nested.options.map_entry)
+    return out
+
+
+def test_schema_matches_tensorflow_descriptor(tf_xplane_pb2):
+    theirs, ours = descriptor_pb2.FileDescriptorProto(), descriptor_pb2.FileDescriptorProto()
+    tf_xplane_pb2.DESCRIPTOR.CopyToProto(theirs)
+    XSpace.DESCRIPTOR.file.CopyToProto(ours)
+    assert theirs.syntax == ours.syntax == "proto3"
+    t, o = _messages(theirs), _messages(ours)
+    assert sorted(t) == sorted(o)
+    for name in t:
+        assert o[name] == t[name], name
+
+
+def test_file_written_by_tensorflow_decodes_identically(tf_xplane_pb2, tmp_path):
+    # 1. Our builder's message, re-serialized by TF's own classes.
+    b = _step_trace()
+    b.plane("/host:CPU").line("python3").event(
+        "EagerExecute", 1, 2, big=2**64 - 2, f=1.5, s="ü", raw=b"\x01", r=Ref("x"))
+    ours = b.to_bytes("vm")
+    tf_bytes = tf_xplane_pb2.XSpace.FromString(ours).SerializeToString()
+    assert_decoder_matches_protobuf(tf_bytes)
+    (tmp_path / "ours.xplane.pb").write_bytes(ours)
+    (tmp_path / "tf.xplane.pb").write_bytes(tf_bytes)
+    a, c = read_xplane(tmp_path / "ours.xplane.pb", "vm"), read_xplane(tmp_path / "tf.xplane.pb",
+                                                                      "vm")
+    pd.testing.assert_frame_equal(a.events, c.events)
+    assert a.t0_unix_ns == c.t0_unix_ns == DEFAULT_PROFILE_START_NS
+
+    # 2. A space built with TF's classes alone.
+    space = tf_xplane_pb2.XSpace(hostnames=["vm"])
+    plane = space.planes.add(id=0, name="/host:CPU")
+    plane.event_metadata[1].id = 1
+    plane.event_metadata[1].name = "dense/MatMul:MatMul"
+    plane.stat_metadata[1].id = 1
+    plane.stat_metadata[1].name = "step_num"
+    line = plane.lines.add(id=-4, name="tf_Compute/-4", timestamp_ns=1000)
+    ev = line.events.add(metadata_id=1, offset_ps=2_000_000, duration_ps=3_000_000)
+    ev.stats.add(metadata_id=1, int64_value=-9)
+    env = space.planes.add(name="Task Environment")
+    env.stat_metadata[1].id = 1
+    env.stat_metadata[1].name = "profile_start_time"
+    env.stats.add(metadata_id=1, uint64_value=DEFAULT_PROFILE_START_NS)
+    data = space.SerializeToString()
+    assert_decoder_matches_protobuf(data)
+    (tmp_path / "pure.xplane.pb").write_bytes(data)
+    t = read_xplane(tmp_path / "pure.xplane.pb", "vm")
+    row = t.events.iloc[0]
+    assert (row["name"], row["line"], row["line_id"], row["start_ns"], row["dur_ns"]) == (
+        "dense/MatMul:MatMul", "tf_Compute/-4", -4, 3000, 3000)
+    assert row["step_num"] == -9 and row["kind"] == "host_op"
+    assert t.t0_unix_ns == DEFAULT_PROFILE_START_NS
+
+
+# --------------------------------------------------------------------------- (c) corrupt input
+
+
+def _assert_value_error(path: Path) -> str:
+    with pytest.raises(ValueError) as info:
+        read_xplane(path, "h")
+    msg = str(info.value)
+    assert msg and "\n" not in msg, repr(msg)
+    assert str(path) in msg
+    return msg
+
+
+def _plane_boundaries(data: bytes) -> set[int]:
+    """Byte offsets at which a cut leaves a valid XSpace (between top-level planes)."""
+    space = XSpace.FromString(data)
+    out, pos = set(), 0
+    for p in space.planes:
+        one = XSpace()
+        one.planes.append(p)
+        pos += len(one.SerializeToString())
+        out.add(pos)
+    return out
+
+
+def _check_cuts(data: bytes, positions: list[int], tmp_path: Path) -> int:
+    boundaries = _plane_boundaries(data)
+    path = tmp_path / "cut.xplane.pb"
+    errors = 0
+    for cut in positions:
+        path.write_bytes(data[:cut])
+        if cut in boundaries:  # a prefix of whole planes is a valid (smaller) file
+            assert len(read_xplane(path, "h").planes) <= len(boundaries)
+        else:
+            _assert_value_error(path)
+            errors += 1
+    return errors
+
+
+@pytest.mark.timeout(60)
+def test_truncated_builder_file_raises_value_error(tmp_path):
+    data = _step_trace().to_bytes("vm")
+    assert _check_cuts(data, list(range(len(data))), tmp_path) >= len(data) - 3
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not REAL_TRACES, reason="no real TF trace under /tmp/pl")
+def test_truncated_real_trace_raises_value_error(tmp_path):
+    data = REAL_TRACES[0].read_bytes()
+    rng = random.Random(3)
+    positions = set(range(0, 400)) | set(range(len(data) - 100, len(data)))
+    positions |= {b + d for b in _plane_boundaries(data) for d in (-1, 0, 1) if b + d < len(data)}
+    positions |= {rng.randrange(len(data)) for _ in range(150)}
+    assert _check_cuts(data, sorted(positions), tmp_path) > 600
+
+
+@pytest.mark.timeout(60)
+def test_random_garbage_raises_value_error_or_loads(tmp_path):
+    rng = random.Random(11)
+    path = tmp_path / "g.xplane.pb"
+    errors = 0
+    for i in range(400):
+        data = bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 7, 64, 1000, 5000])))
+        if i % 4 == 0:  # start like a real file: a plane field
+            data = b"\x0a" + data
+        path.write_bytes(data)
+        try:
+            read_xplane(path, "h")
+        except ValueError as e:
+            assert "\n" not in str(e)
+            errors += 1
+    assert errors > 300
+
+
+def test_empty_and_json_files_are_value_errors(tmp_path):
+    empty = tmp_path / "empty.xplane.pb"
+    empty.write_bytes(b"")
+    assert "empty" in _assert_value_error(empty)
+    js = tmp_path / "js.xplane.pb"
+    js.write_text(json.dumps({"hello": [1, 2, 3]}))
+    _assert_value_error(js)
+
+
+def test_json_that_is_not_a_trace(tmp_path):
+    run = tmp_path / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    (run / "vm.json").write_text(json.dumps({"a": 1}))
+    with pytest.raises(ValueError, match="not a Chrome trace"):
+        load_run(tmp_path)
+    (run / "vm.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable JSON trace"):
+        load_run(tmp_path)
+
+
+def _decode_in_subprocess(data: bytes, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "adversarial.xplane.pb"
+    path.write_bytes(data)
+    code = ("import sys\nfrom analyzers.ingest.xplane import read_xplane\n"
+            "try:\n    read_xplane(sys.argv[1], 'h')\nexcept ValueError as e:\n"
+            "    print('ValueError', e)\n    sys.exit(0)\nprint('loaded')\n")
+    return subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.xfail(strict=True, reason="xplane_decode: `pos + n > end` overflows int64 for a "
+                   "length near 2**63, so an 11-byte file jumps to a negative offset (SIGSEGV)")
+def test_huge_length_is_a_value_error_not_a_crash(tmp_path):
+    huge = bytes([0xFF] * 8 + [0x7F])  # varint 2**63 - 1
+    for data in (b"\x12" + huge + b"\x00\x00", b"\x0a\x0e\x1a\x0c\x22" + huge + b"\x00\x00"):
+        proc = _decode_in_subprocess(data, tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith("ValueError"), (
+            proc.returncode, proc.stdout, proc.stderr[-300:])
+
+
+# --------------------------------------------------------------------------- (d) Chrome traces
+
+
+TF_TRACE = {
+    "displayTimeUnit": "ns",
+    "traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name",
+         "args": {"name": "Stream #7(Kernel)"}},
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 2, "tid": 100, "name": "thread_name", "args": {"name": "python3"}},
+        {"ph": "X", "pid": 2, "tid": 100, "ts": 1000.0, "dur": 100000.0, "name": "train",
+         "args": {"step_num": "3", "_r": "1"}},
+        {"ph": "X", "pid": 2, "tid": 100, "ts": 1000.5, "dur": 30000, "name": "IteratorGetNext"},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 31000, "dur": 50, "name": "volta_sgemm_128x64_nn",
+         "args": {"correlation_id": "55", "tf_op": "dense/MatMul:MatMul",
+                  "kernel_details": "regs:32"}},
+        {"ph": "X", "pid": 1, "tid": 8, "ts": 31100, "dur": 20, "name": "MemcpyH2D",
+         "args": {"correlation_id": 56, "memcpy_details": "kind_src:pageable size:4096"}},
+        {"ph": "i", "pid": 2, "tid": 100, "ts": 5, "name": "instant"},
+    ],
+}
+
+T_US = 1_790_000_000_000_000.0  # PyTorch writes unix microseconds
+TORCH_TRACE = {
+    "schemaVersion": 1,
+    "traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 4321, "args": {"name": "python3"}},
+        {"ph": "M", "name": "thread_name", "pid": 4321, "tid": 4321,
+         "args": {"name": "thread 4321 (python3)"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 4321,
+         "tid": 4321, "ts": T_US, "dur": 100000, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4321, "tid": 4321,
+         "ts": T_US + 10, "dur": 40, "args": {"External id": 10}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4321, "tid": 4321,
+         "ts": T_US + 20, "dur": 5, "args": {"External id": 10, "cbid": 211, "correlation": 77}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+         "ts": T_US + 30, "dur": 100.5,
+         "args": {"External id": 10, "device": 0, "stream": 7, "correlation": 77}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
+         "tid": 7, "ts": T_US + 200, "dur": 3,
+         "args": {"device": 0, "stream": 7, "correlation": 78, "bytes": 4096}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#3", "pid": 0, "tid": 7,
+         "ts": T_US + 30, "dur": 200},
+    ],
+}
+
+
+def _chrome_rows(tmp_path: Path, doc: dict) -> pd.DataFrame:
+    path = tmp_path / "t.trace.json"
+    path.write_text(json.dumps(doc))
+    return read_chrome_trace(path, "h")[0].set_index("name")
+
+
+def test_read_tf_style_chrome_trace(tmp_path):
+    path = tmp_path / "vm.trace.json"
+    path.write_text(json.dumps(TF_TRACE))
+    events, t0 = read_chrome_trace(path, "vm")
+    assert t0 == 0  # microseconds since the profile start, not unix time
+    df = events.set_index("name")
+    assert len(df) == 4
+    assert df.loc["train", ["plane", "line", "start_ns", "dur_ns"]].tolist() == [
+        "/host:CPU", "python3", 0, 100 * MS]
+    assert df.loc["train", "step_num"] == 3 and df.loc["train", "root"] == 1
+    assert df.loc["IteratorGetNext", "start_ns"] == 500
+    assert df.loc["IteratorGetNext", "kind"] == "input_wait"
+    k = df.loc["volta_sgemm_128x64_nn"]
+    assert (k["plane"], k["line"], k["line_id"], k["start_ns"], k["dur_ns"]) == (
+        "/device:GPU:0", "Stream #7(Kernel)", 7, 30 * MS, 50_000)
+    assert (k["correlation_id"], k["tf_op"], k["kind"]) == (55, "dense/MatMul:MatMul",
+                                                            "device_compute")
+    m = df.loc["MemcpyH2D"]
+    assert (m["kind"], m["correlation_id"]) == ("h2d", 56)
+    assert m["memcpy_details"] == "kind_src:pageable size:4096"
+    assert step_breakdown(events).source == "markers:train"
+
+
+@pytest.mark.xfail(strict=True, reason="chrome_trace: metadata rows without a tid make the tid "
+                   "column float, so a thread without a thread_name is named '8.0', not '8'")
+def test_chrome_thread_without_name_is_named_by_tid(tmp_path):
+    assert _chrome_rows(tmp_path, TF_TRACE).loc["MemcpyH2D", "line"] == "8"
+
+
+def test_read_pytorch_chrome_trace_and_gzip(tmp_path):
+    plain = tmp_path / "worker.pt.trace.json"
+    plain.write_text(json.dumps(TORCH_TRACE))
+    gz = tmp_path / "worker.trace.json.gz"
+    gz.write_bytes(gzip.compress(json.dumps(TORCH_TRACE).encode()))
+    events, t0 = read_chrome_trace(plain, "worker")
+    events_gz, t0_gz = read_chrome_trace(gz, "worker")
+    pd.testing.assert_frame_equal(events, events_gz)
+    assert t0 == t0_gz == int(T_US * 1000)
+    df = events.set_index("name")
+    step = df.loc["ProfilerStep#3"]
+    host_step = step[step["plane"] == "/host:CPU"].iloc[0]
+    assert (host_step["step_num"], host_step["start_ns"], host_step["line"]) == (
+        3, 0, "thread 4321 (python3)")
+    assert df.loc["cudaLaunchKernel", "kind"] == "launch"
+    assert df.loc["cudaLaunchKernel", "correlation_id"] == 77
+    k = df.loc["ampere_sgemm_128x64_nn"]
+    assert (k["plane"], k["line"], k["kind"], k["device_id"], k["correlation_id"]) == (
+        "/device:GPU:0", "stream 7", "device_compute", 0, 77)
+    assert (k["start_ns"], k["dur_ns"]) == (30_000, 100_500)
+    m = df.loc["Memcpy HtoD (Pageable -> Device)"]
+    assert (m["plane"], m["kind"], m["start_ns"]) == ("/device:GPU:0", "h2d", 200_000)
+    steps = step_breakdown(events)
+    assert steps.source == "markers:ProfilerStep#3" and len(steps.table) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="chrome_trace: PyTorch's memcpy size arg is `bytes` "
+                   "(lowercase); only `Bytes` is mapped to the bytes column")
+def test_pytorch_memcpy_bytes(tmp_path):
+    assert _chrome_rows(tmp_path, TORCH_TRACE).loc["Memcpy HtoD (Pageable -> Device)",
+                                                   "bytes"] == 4096
+
+
+def test_empty_chrome_traces(tmp_path):
+    for doc in ({"traceEvents": []}, [], {"traceEvents": [{"ph": "M", "name": "process_name",
+                                                          "pid": 1, "args": {"name": "x"}}]}):
+        path = tmp_path / "e.json"
+        path.write_text(json.dumps(doc))
+        events, t0 = read_chrome_trace(path, "h")
+        assert events.empty and t0 == 0
+        assert list(events.columns) == list(empty_events().columns)
+
+
+# --------------------------------------------------------------------------- (e) load_run
+
+
+def test_load_run_selects_runs(tmp_path):
+    first, second = _step_trace(), XSpaceBuilder()
+    second.plane("/host:CPU").line("python3").event("only_event", 5, 10)
+    _run_logdir(tmp_path, {("2026_01_01_00_00_00", "vm"): first,
+                           ("2026_01_02_00_00_00", "vm"): second})
+    assert [r.name for r in find_runs(tmp_path)] == ["2026_01_01_00_00_00", "2026_01_02_00_00_00"]
+    latest = load_run(tmp_path)
+    assert latest.name == "2026_01_02_00_00_00" and latest.hosts == ["vm"]
+    assert latest.events["name"].astype(str).tolist() == ["only_event"]
+    chosen = load_run(tmp_path, run="2026_01_01_00_00_00")
+    assert len(chosen.events) == 9 and chosen.t0_unix_ns == DEFAULT_PROFILE_START_NS
+    assert chosen.events.attrs["t0_unix_ns"] == DEFAULT_PROFILE_START_NS
+    # a run folder or the xplane file itself are accepted too
+    assert len(load_run(tmp_path / "plugins/profile/2026_01_01_00_00_00").events) == 9
+    assert select_run(tmp_path / "plugins/profile/2026_01_01_00_00_00/vm.xplane.pb").is_file()
+    with pytest.raises(ValueError, match="no run named 'nope'.*2026_01_01_00_00_00"):
+        load_run(tmp_path, run="nope")
+
+
+def test_load_run_merges_hosts_on_wall_clock(tmp_path):
+    a, b = XSpaceBuilder(profile_start_ns=DEFAULT_PROFILE_START_NS), XSpaceBuilder(
+        profile_start_ns=DEFAULT_PROFILE_START_NS + 2 * MS)
+    a.plane("/host:CPU").line("python3").event("a_event", 5 * MS, MS)
+    b.plane("/host:CPU").line("python3").event("b_event", 1 * MS, MS)
+    b.plane("/host:CPU").line("python3").event("b_late", 9 * MS, MS)
+    _run_logdir(tmp_path, {("r", "worker0"): a, ("r", "worker1"): b})
+    run = load_run(tmp_path)
+    assert run.hosts == ["worker0", "worker1"]
+    assert run.t0_unix_ns == DEFAULT_PROFILE_START_NS
+    got = list(zip(run.events["host"].astype(str), run.events["name"].astype(str),
+                   run.events["start_ns"], strict=True))
+    assert got == [("worker1", "b_event", 3 * MS), ("worker0", "a_event", 5 * MS),
+                   ("worker1", "b_late", 11 * MS)]  # shifted by 2 ms, sorted by start
+
+
+def test_load_run_bad_paths(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_run(tmp_path / "missing")
+    with pytest.raises(ValueError, match="no profile runs"):
+        load_run(tmp_path)
+    (tmp_path / "plugins" / "profile" / "empty_run").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no profile runs"):
+        load_run(tmp_path)
+
+
+def test_load_run_empty_xplane_file(tmp_path):
+    run = tmp_path / "plugins" / "profile" / "r"
+    run.mkdir(parents=True)
+    (run / "vm.xplane.pb").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty xplane file"):
+        load_run(tmp_path)
+
+
+# --------------------------------------------------------------------------- (f) steps
+
+
+def test_step_breakdown_exact_with_markers(tmp_path):
+    _step_trace().write(tmp_path)
+    steps = step_breakdown(load_run(tmp_path).events)
+    assert steps.source == "markers:train"
+    t = steps.table
+    assert t["step"].tolist() == [0, 1, 2]
+    assert t["start_ns"].tolist() == [0, 100 * MS, 200 * MS]
+    # a step runs to the next marker; the last one ends with its marker (95 ms)
+    assert t["dur_ns"].tolist() == [100 * MS, 100 * MS, 95 * MS]
+    expected = dict.fromkeys(ALL_CATEGORIES, 0)
+    expected.update(input_wait=30 * MS, host_compute=60 * MS, python_other=10 * MS)
+    for i in (0, 1):
+        assert t.loc[i, list(ALL_CATEGORIES)].to_dict() == expected
+    assert t.loc[2, "python_other"] == 5 * MS
+    assert (t[list(ALL_CATEGORIES)].sum(axis=1) == t["dur_ns"]).all()
+    assert steps.median_step_ns() == 100 * MS
+
+
+def test_step_breakdown_counts_only_exposed_waits(tmp_path):
+    b, main, compute = _main_and_compute()
+    for i in range(2):
+        t = i * 100 * MS
+        main.event("train", t, 100 * MS, step_num=i, _r=1)
+        main.event("train", t + 10, 10, step_num=i)  # a nested non-root marker: ignored
+        main.event("IteratorGetNext", t, 40 * MS)  # 10 ms of it overlaps compute
+        compute.event("dense/MatMul:MatMul", t + 30 * MS, 50 * MS)
+        main.event("EagerExecute", t + 85 * MS, 5 * MS)
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(b.to_bytes())
+    t = step_breakdown(read_xplane(path, "h").events).table
+    row = t.iloc[0]
+    assert (row["host_compute"], row["input_wait"], row["framework"], row["python_other"]) == (
+        50 * MS, 30 * MS, 5 * MS, 15 * MS)
+
+
+def test_step_breakdown_falls_back_to_train_function_calls(tmp_path):
+    b, main, compute = _main_and_compute()
+    for i in range(3):
+        t = i * 100 * MS
+        main.event("__inference_train_step_123", t, 80 * MS)
+        compute.event("dense/MatMul:MatMul", t + 10 * MS, 60 * MS)
+    main.event("__inference_predict_9", 0, MS)  # called once: not a step function
+    b.write(tmp_path)
+    steps = step_breakdown(load_run(tmp_path).events)
+    assert steps.source == "function:__inference_train_step_123"
+    assert steps.table["start_ns"].tolist() == [0, 100 * MS, 200 * MS]
+    assert steps.table["dur_ns"].tolist() == [100 * MS, 100 * MS, 80 * MS]
+    assert steps.table["host_compute"].tolist() == [60 * MS] * 3
+
+
+def test_step_breakdown_none(tmp_path):
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").line("python3").event("some_python_work", 0, MS)
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(b.to_bytes())
+    for events in (read_xplane(path, "h").events, empty_events()):
+        steps = step_breakdown(events)
+        assert steps.source == "none" and not steps.found
+        assert steps.median_step_ns() == 0.0
+        assert list(steps.table.columns) == ["step", "start_ns", "end_ns", "dur_ns",
+                                             *ALL_CATEGORIES]
+
+
+def test_numpy_only_types_in_table(tmp_path):
+    _step_trace().write(tmp_path)
+    df = load_run(tmp_path).events
+    for col in ("start_ns", "dur_ns", "line_id", "step_num"):
+        assert df[col].dtype == np.int64, col
