@@ -62,7 +62,10 @@ def analyze_input_pipeline(ctx: Context) -> InputPipeline:
     work = ev[ev["kind"] == "input_work"]
     wnames = work["name"].astype(str)
     is_stage = wnames.str.startswith("Iterator::")
-    ops = work[~is_stage & (work["op_type"].astype(str) != wnames)]
+    # Map-function ops are `scope/op:Type` events; `ExecutorState::Process` and other `A::B`
+    # wrappers enclose them and would count the same time twice.
+    ops = work[~is_stage & wnames.str.contains(":", regex=False)
+               & ~wnames.str.contains("::", regex=False)]
     op_types = ops["op_type"].astype(str)
     parse = ops[op_types.str.match(_PARSE_OPS)]
     casts = ops[op_types == "Cast"]
