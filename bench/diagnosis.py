@@ -181,6 +181,10 @@ def remedy_args(command: str) -> list[str]:
     return _train_args(argv)
 
 
+def _sps(v: float | None) -> str:
+    return f"{v:,.0f}" if v else "-"
+
+
 def fmt_x(v: float | None) -> str:
     return f"{v:.2f}x" if v else "-"
 
@@ -277,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(rows: list[dict], repro: str) -> None:
-    cols = ["preset", "expected", "found (severity)", "est. speedup", "measured speedup",
-            "error", "other medium/high findings", "xprof says", "check"]
+    cols = ["preset", "expected", "found (severity)", "est. speedup", "measured speedup", "error",
+            "samples/s preset -> fixed", "other medium/high findings", "xprof says", "check"]
     cells = []
     for r in rows:
         err = r.get("error")
@@ -292,6 +296,8 @@ def print_table(rows: list[dict], repro: str) -> None:
             fmt_x(r.get("estimated")),
             measured,
             f"{err:+.0%}" if err is not None else "-",
+            _sps(r.get("samples_per_s")) + (
+                f" -> {_sps(r.get('fixed_samples_per_s'))}" if "fixed_by" in r else ""),
             ", ".join(r["others"]) or "-",
             r["xprof"],
             r["check"],
@@ -311,7 +317,7 @@ def print_table(rows: list[dict], repro: str) -> None:
         return
     table = Table(title=title, caption=note)
     for c in cols:
-        right = c in ("est. speedup", "measured speedup", "error")
+        right = c in cols[3:7]
         table.add_column(c, justify="right" if right else "left", overflow="fold")
     for line in cells:
         table.add_row(*line)
