@@ -75,13 +75,14 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
             planes.append(pname)
         else:
             planes.append("/host:CPU")
-    lines = [thread_names.get((p, t), str(t)) for p, t in zip(ev["pid"], ev["tid"], strict=True)]
+    lines = [thread_names.get((p, t), _tid_text(t)) for p, t in zip(ev["pid"], ev["tid"],
+                                                                     strict=True)]
     names = ev["name"].fillna("").astype(str)
     uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
     stats: dict[str, np.ndarray] = {}
     aliases = {alias: col for col, al in STAT_COLUMNS.items() for alias in al}
     aliases.update({"External id": "correlation_id", "correlation": "correlation_id",
-                    "Bytes": "bytes", "device": "device_id"})
+                    "Bytes": "bytes", "bytes": "bytes", "device": "device_id"})
     for i, a in enumerate(args):
         for key, value in a.items():
             col = aliases.get(key)
@@ -110,6 +111,13 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
     # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
     t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
     return events, t0_ns
+
+
+def _tid_text(tid: object) -> str:
+    # Metadata rows without a tid turn the column into floats: 8.0 is thread 8.
+    if isinstance(tid, float) and tid.is_integer():
+        return str(int(tid))
+    return str(tid)
 
 
 def _no_rows(host: str) -> dict:

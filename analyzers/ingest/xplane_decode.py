@@ -58,7 +58,7 @@ def _skip(buf, pos, end, wire):
         n, pos, err = _varint(buf, pos, end)
         if err:
             return pos, err
-        if n < 0 or pos + n > end:
+        if n < 0 or n > end - pos:  # not pos + n: that overflows for lengths near 2**63
             return pos, 2
         return pos + n, 0
     return pos, 3
@@ -67,7 +67,7 @@ def _skip(buf, pos, end, wire):
 @njit(cache=True)
 def _len_field(buf, pos, end):
     n, pos, err = _varint(buf, pos, end)
-    if err == 0 and (n < 0 or pos + n > end):
+    if err == 0 and (n < 0 or n > end - pos):
         err = 2
     return pos, pos + n, err
 

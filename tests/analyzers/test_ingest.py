@@ -483,8 +483,6 @@ def _decode_in_subprocess(data: bytes, tmp_path: Path) -> subprocess.CompletedPr
                           text=True, timeout=120)
 
 
-@pytest.mark.xfail(strict=True, reason="xplane_decode: `pos + n > end` overflows int64 for a "
-                   "length near 2**63, so an 11-byte file jumps to a negative offset (SIGSEGV)")
 def test_huge_length_is_a_value_error_not_a_crash(tmp_path):
     huge = bytes([0xFF] * 8 + [0x7F])  # varint 2**63 - 1
     for data in (b"\x12" + huge + b"\x00\x00", b"\x0a\x0e\x1a\x0c\x22" + huge + b"\x00\x00"):
@@ -572,8 +570,6 @@ def test_read_tf_style_chrome_trace(tmp_path):
     assert step_breakdown(events).source == "markers:train"
 
 
-@pytest.mark.xfail(strict=True, reason="chrome_trace: metadata rows without a tid make the tid "
-                   "column float, so a thread without a thread_name is named '8.0', not '8'")
 def test_chrome_thread_without_name_is_named_by_tid(tmp_path):
     assert _chrome_rows(tmp_path, TF_TRACE).loc["MemcpyH2D", "line"] == "8"
 
@@ -604,8 +600,6 @@ def test_read_pytorch_chrome_trace_and_gzip(tmp_path):
     assert steps.source == "markers:ProfilerStep#3" and len(steps.table) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="chrome_trace: PyTorch's memcpy size arg is `bytes` "
-                   "(lowercase); only `Bytes` is mapped to the bytes column")
 def test_pytorch_memcpy_bytes(tmp_path):
     assert _chrome_rows(tmp_path, TORCH_TRACE).loc["Memcpy HtoD (Pageable -> Device)",
                                                    "bytes"] == 4096
