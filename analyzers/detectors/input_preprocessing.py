@@ -26,6 +26,7 @@ MIN_WAIT = 0.02
 # Contention counts only when the cores are actually saturated and producers hold a real share.
 SATURATED = 0.75
 MIN_INPUT_CPU_SHARE = 0.08
+LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
 
 _FIXES = {
     "decompression": ({"compression": "none"}, "store records uncompressed (or decompress once "
@@ -56,8 +57,14 @@ def detect(ctx: Context) -> Finding | None:
         contention = sampler.input_cpu_share
     if exposed == 0.0 and contention == 0.0:
         return None
-    # Waiting time is saved outright; of the rest, the producers' share of the saturated CPUs.
-    saved = exposed + (1.0 - exposed) * contention
+    # CPU causes (parsing, decompression, no prefetch) go away with their fix: the wait is saved.
+    # Parallelism alone spreads the same reads over LOW_PARALLELISM_FIX readers: it saves that
+    # share of the wait. Of the rest, the producers' share of the saturated CPUs.
+    if exposed and set(causes) <= {"low_parallelism"} and not cpu_bound:
+        exposed_saved = exposed * (1 - 1 / LOW_PARALLELISM_FIX)
+    else:
+        exposed_saved = exposed
+    saved = exposed_saved + (1.0 - exposed) * contention
     step_ms = ctx.steps.median_step_ns() / 1e6
     evidence = []
     if exposed:

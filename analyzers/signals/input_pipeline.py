@@ -38,7 +38,8 @@ class InputPipeline:
     cast_ops_per_step: float
     input_op_ms_per_step: float  # CPU work of map functions on tf.data threads
     reader_ms_per_step: float  # time inside reader stages (reads + decompression)
-    reader_concurrency: float  # mean number of reader calls in flight while any is
+    reader_concurrency: float  # mean number of open inputs (or reader calls) while any is
+    max_open_inputs: int  # most interleave inputs open at once
     producer_threads: int
 
 
@@ -51,6 +52,15 @@ def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
     prev = np.concatenate(([s[0]], reach[:-1]))
     union = np.clip(e - np.maximum(s, prev), 0, None).sum()
     return float((e - s).sum() / union) if union > 0 else 0.0
+
+
+def _max_concurrency(s: np.ndarray, e: np.ndarray) -> int:
+    if not len(s):
+        return 0
+    t = np.concatenate([s, e])
+    delta = np.concatenate([np.ones(len(s)), -np.ones(len(e))])
+    order = np.lexsort((delta, t))  # at equal times, closes before opens
+    return int(np.cumsum(delta[order]).max())
 
 
 def analyze_input_pipeline(ctx: Context) -> InputPipeline:
@@ -107,6 +117,8 @@ def analyze_input_pipeline(ctx: Context) -> InputPipeline:
         reader_ms_per_step=reader_ms,
         reader_concurrency=_mean_concurrency(conc_ev["start_ns"].to_numpy(),
                                              conc_ev["end_ns"].to_numpy()),
+        max_open_inputs=_max_concurrency(conc_ev["start_ns"].to_numpy(),
+                                         conc_ev["end_ns"].to_numpy()),
         producer_threads=int(work["line"].nunique()),
     )
 
@@ -134,10 +146,12 @@ def top_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
 # An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.
 CPU_BOUND_UTILIZATION = 0.6
 CPU_BOUND_OP_SHARE = 0.5
-# Fewer open interleave inputs than this on average: reads are effectively sequential. A parallel
-# interleave with cycle_length 1 still opens the next input early, so it reads as ~1.7-2.0; with
-# cycle_length 4 TF 2.21 traces show 3.5-4.8 (docs/trace-signals.md, "tf.data").
+# Reads are effectively sequential when fewer inputs than this are open on average AND at most
+# MAX_OPEN_SEQUENTIAL at once. A parallel interleave with cycle_length 1 still opens the next
+# input early: TF 2.21 traces show mean 1.7-2.0, max 3; cycle_length 4 shows mean 2.4-4.8, max 4-7
+# (docs/trace-signals.md, "tf.data").
 MIN_READER_CONCURRENCY = 2.5
+MAX_OPEN_SEQUENTIAL = 3
 
 
 def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
@@ -164,9 +178,11 @@ def structural_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     if not pipe.has_prefetch:
         causes["no_prefetch"] = ("no Prefetch stage at the end of the pipeline: batches are "
                                  "produced only when the step asks for them")
-    if pipe.reader_concurrency and pipe.reader_concurrency < MIN_READER_CONCURRENCY:
-        causes["low_parallelism"] = (f"only {pipe.reader_concurrency:.1f} file reads in flight "
-                                     "on average: files are read one after another")
+    if (pipe.reader_concurrency and pipe.reader_concurrency < MIN_READER_CONCURRENCY
+            and pipe.max_open_inputs <= MAX_OPEN_SEQUENTIAL):
+        causes["low_parallelism"] = (
+            f"only {pipe.reader_concurrency:.1f} input files open on average (at most "
+            f"{pipe.max_open_inputs}): files are read one after another")
     seq = [s for s in pipe.sequential_stages if s in ("Map", "Interleave")]
     if seq:
         causes.setdefault("low_parallelism", f"sequential stages {', '.join(seq)} "

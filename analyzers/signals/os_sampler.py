@@ -1,8 +1,12 @@
 """Summaries of the OS sampler data (recadvisor/capture/layout.py) over the step windows.
 
-Thread roles come from thread names: TF names its pools (`tf_data_*` for tf.data, `tf_Compute`,
-`tf_inter_op`, `tf_numa_*_Eigen`, ... for op execution); Linux keeps 15 characters of a name, so
-matching is by prefix (docs/trace-signals.md, "Sampler").
+Thread roles (docs/trace-signals.md, "Sampler"): /proc thread names do not say which thread is
+which in TF 2.21 — the threads that run the `tf_Compute` and `tf_data_*` trace lines carry the
+process's own name, while the pthreads named `tf_Compute` sit idle. Trace line ids are not tids
+either. So each OS thread is matched to the trace line whose busy time agrees best with the
+samples where the thread was running (phi correlation over sample instants), and takes that
+line's role: `tf_data*` lines are `input`, the step-driving line `main`, other host lines `compute`.
+Threads that match nothing fall back to their name (tid == pid is `main`).
 """
 
 from __future__ import annotations
@@ -17,12 +21,63 @@ from analyzers.context import Context
 INPUT_PREFIXES = ("tf_data",)
 
 
-def thread_role(name: str) -> str:
+MIN_AGREEMENT = 0.3  # phi correlation of "thread running" and "line busy" over the samples
+_BLOCKING = ("BlockUntilReady",)
+
+
+def _phi(a: np.ndarray, b: np.ndarray) -> float:
+    """Matthews correlation of two boolean series; 0 when either is constant (a line busy all
+    the time, or a thread always running, says nothing about which is which)."""
+    n11 = float((a & b).sum())
+    n10 = float((a & ~b).sum())
+    n01 = float((~a & b).sum())
+    n00 = float((~a & ~b).sum())
+    den = (n11 + n10) * (n01 + n00) * (n11 + n01) * (n10 + n00)
+    return (n11 * n00 - n10 * n01) / den**0.5 if den > 0 else 0.0
+
+
+def _line_role(line: str, main_line: str | None) -> str:
+    if line == main_line:
+        return "main"
+    return "input" if line.startswith(INPUT_PREFIXES) else "compute"
+
+
+def _name_role(name: str, tid: int, pid: int) -> str:
+    if tid == pid:
+        return "main"
     if name.startswith(INPUT_PREFIXES):
         return "input"
-    if name.startswith("tf_") or "Eigen" in name:
-        return "compute"
     return "other"
+
+
+def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
+    """OS tid → role, by agreement of its running samples with trace line activity (phi)."""
+    ev = ctx.events
+    host = ~ev["plane"].astype(str).str.startswith("/device:")
+    ev = ev[host & (ev["kind"] != "input_wait") & ~ev["name"].astype(str).isin(_BLOCKING)]
+    busy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for line, g in ev.groupby("line", observed=True):
+        order = np.argsort(g["start_ns"].to_numpy())
+        starts = g["start_ns"].to_numpy()[order]
+        busy[str(line)] = (starts, np.maximum.accumulate(g["end_ns"].to_numpy()[order]))
+    roles: dict[int, str] = {}
+    for tid, g in th.groupby("tid"):
+        t = g["t_ns"].to_numpy()
+        running = (g["state"].astype(str) == "R").to_numpy()
+        best, best_line = 0.0, None
+        if running.sum() >= 2:
+            for line, (starts, reach) in busy.items():
+                i = np.searchsorted(starts, t, side="right") - 1
+                on = (i >= 0) & (reach[np.maximum(i, 0)] > t)
+                score = _phi(running, on)
+                if score > best:
+                    best, best_line = score, line
+        pid = int(g["pid"].iloc[0]) if "pid" in g else -1
+        if best_line is not None and best >= MIN_AGREEMENT:
+            roles[int(tid)] = _line_role(best_line, ctx.main_line)
+        else:
+            roles[int(tid)] = _name_role(str(g["name"].iloc[0]), int(tid), pid)
+    return roles
 
 
 @dataclass
@@ -61,8 +116,9 @@ def summarize(ctx: Context) -> SamplerSummary | None:
     state = th["state"].astype(str)
     per_sample = pd.DataFrame({"ts": th["ts_ns"], "D": state == "D", "R": state == "R"}).groupby(
         "ts").sum()
-    roles = th["name"].astype(str).map(thread_role)
-    cpu = th.assign(cpu=th.get("user_s", 0.0) + th.get("system_s", 0.0), role=roles.values)
+    role_of = thread_roles(ctx, th)
+    cpu = th.assign(cpu=th.get("user_s", 0.0) + th.get("system_s", 0.0),
+                    role=th["tid"].map(role_of).to_numpy())
     # CPU seconds per thread over the window: last sample minus first (counters are cumulative).
     per_thread = cpu.groupby("tid").agg(first=("cpu", "min"), last=("cpu", "max"),
                                         role=("role", "first"))
