@@ -68,9 +68,10 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
     ev_line = ev[:, 0]
     ev_plane = line_plane[ev_line]
     line_ts = lines_i[ev_line, 2]
-    if t0 == 0 and len(lines_i):
-        # Absolute line timestamps (no Task Environment plane): the earliest line starts the trace.
-        t0 = int(lines_i[:, 2].min())
+    if t0 == 0 and len(ev):
+        # Absolute line timestamps (no Task Environment plane): the earliest line with events
+        # starts the trace (empty lines may carry timestamp 0).
+        t0 = int(lines_i[np.unique(ev_line), 2].min())
         line_ts = line_ts - t0
     start_ns = line_ts + ev[:, 2] // 1000
     dur_ns = ev[:, 3] // 1000
