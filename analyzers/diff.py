@@ -24,6 +24,9 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
         ma, mb = da["steps"]["median_ms"], db["steps"]["median_ms"]
         speedup, basis = (ma / mb if mb else None), "median step time in the traces"
     ma, mb = da["steps"]["median_ms"], db["steps"]["median_ms"]
+    dev_a, dev_b = da["hardware"]["devices"], db["hardware"]["devices"]
+    scaling = (round(speedup / (dev_b / dev_a), 3)
+               if speedup and dev_a and dev_b and dev_a != dev_b else None)
     return {
         "before": {"run": da["run"], "run_dir": da["run_dir"], "samples_per_s": sa,
                    "median_step_ms": ma},
@@ -31,6 +34,8 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
                   "median_step_ms": mb},
         "speedup": round(speedup, 3) if speedup else None,
         "speedup_basis": basis,
+        "devices": {"before": dev_a, "after": dev_b},
+        "scaling_efficiency": scaling,  # speedup / device ratio, when the counts differ
         "breakdown": {c: {"before": da["breakdown"].get(c, 0.0),
                           "after": db["breakdown"].get(c, 0.0),
                           "before_ms": round(da["breakdown"].get(c, 0.0) * ma, 3),
@@ -49,6 +54,10 @@ def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
     b, a = d["before"], d["after"]
     sp = f"{d['speedup']:.2f}x" if d["speedup"] else "n/a"
     out.append(f"before: {b['run']}  after: {a['run']}  speedup {sp} ({d['speedup_basis']})")
+    if d.get("scaling_efficiency") is not None:
+        dv = d["devices"]
+        out.append(f"devices {dv['before']} -> {dv['after']}: scaling efficiency "
+                   f"{d['scaling_efficiency']:.0%}")
     out.append("")
     if markdown:
         out.append("| category | before ms | after ms | before % | after % |")

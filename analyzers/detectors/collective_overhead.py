@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.scaling import scaling_points
 from analyzers.signals.input_pipeline import top_events
 
 ID = "collective_overhead"
@@ -37,19 +38,30 @@ def detect(ctx: Context) -> Finding | None:
     hw = ("GPU collectives exposed (not overlapped with compute)" if ctx.has_accelerator else
           f"{n_dev} logical devices on one CPU host: the exchange is memory copying on the "
           "cores the model uses")
+    evidence = [f"exposed collective/exchange time {share:.1%} of step "
+                f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw]
+    points = scaling_points(ctx.run.run_dir)
+    numbers = {"exposed_fraction": round(share, 4), "devices": n_dev}
+    if points:
+        best = max(points, key=lambda p: p.samples_per_s)
+        evidence.append("scaling over the runs beside this one: " + ", ".join(
+            f"{p.devices} dev {p.samples_per_s:,.0f}/s ({p.efficiency:.0%})" for p in points)
+            + f"; fastest with {best.devices} devices")
+        numbers["scaling"] = [vars(p) for p in points]
+        if ctx.config and best.devices < n_dev:
+            changes = {"devices": best.devices}
     return Finding(
         id=ID,
         title=f"Collectives and cross-device exchange take {share:.0%} of the step on {n_dev} "
               "devices",
         step_fraction=share,
         speedup=speedup_from_saving(saved),
-        evidence=[f"exposed collective/exchange time {share:.1%} of step "
-                  f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw],
+        evidence=evidence,
         remedy=("Use fewer devices for a model this small (seed 000: 4 GPUs beat 8), or a "
                 "larger per-device batch so compute hides the exchange; fuse gradients into one "
                 "all-reduce; keep the all-to-all payload small (column-wise split only when "
                 "tables are large)."),
-        numbers={"exposed_fraction": round(share, 4), "devices": n_dev},
+        numbers=numbers,
         top_events=top_events(coll),
         config_changes=changes,
     )

@@ -201,3 +201,18 @@ def test_os_threads_are_matched_to_trace_lines_by_activity(tmp_path):
     roles = thread_roles(ctx, ctx.run.threads)
     assert roles == {1001: "input", 1002: "compute"}
     assert summarize(ctx).input_cpu_share == pytest.approx(0.25, abs=0.02)
+
+
+def test_scaling_efficiency_from_runs_at_several_device_counts(tmp_path):
+    import json
+
+    from analyzers.scaling import scaling_points
+
+    for run, devices, sps in (("r1", 2, 1000.0), ("r2", 4, 1600.0), ("r3", 8, 1200.0)):
+        d = tmp_path / "plugins" / "profile" / run
+        d.mkdir(parents=True)
+        (d / "recadvisor_run.json").write_text(json.dumps(
+            {"samples_per_s": sps, "devices": {"count": devices}}))
+    pts = scaling_points(tmp_path / "plugins" / "profile" / "r3")
+    assert [(p.devices, round(p.efficiency, 2)) for p in pts] == [(2, 1.0), (4, 0.8), (8, 0.3)]
+    assert scaling_points(tmp_path / "nowhere" / "r") == []
