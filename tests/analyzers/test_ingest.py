@@ -110,8 +110,9 @@ def _expected_table(data: bytes) -> pd.DataFrame:
         names = {k: m.name for k, m in env.stat_metadata.items()}
         t0 = next((s.uint64_value for s in env.stats
                    if names.get(s.metadata_id) == "profile_start_time"), 0)
-    all_lines = [line for p in space.planes for line in p.lines]
-    shift = 0 if t0 else min((line.timestamp_ns for line in all_lines), default=0)
+    # Without a profile start, the earliest line that has events starts the trace.
+    shift = 0 if t0 else min((line.timestamp_ns for p in space.planes for line in p.lines
+                              if line.events), default=0)
     rows = []
     for p in space.planes:
         for line in p.lines:
@@ -293,6 +294,17 @@ def test_absolute_timestamps_without_task_environment(tmp_path):
     assert table.t0_unix_ns == t_abs
     assert table.events.set_index("name")["start_ns"].to_dict() == {"x": 700, "y": 2000}
     assert "Task Environment" not in table.planes
+
+
+def test_absolute_timestamps_ignore_empty_lines(tmp_path):
+    t_abs = 1_795_000_000_000_000_000
+    b = XSpaceBuilder(profile_start_ns=None)
+    b.plane("/host:CPU").line("a", timestamp_ns=t_abs).event("x", t_abs + 700, 10)
+    b.plane("/host:CPU").line("empty")
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(b.to_bytes())
+    table = read_xplane(path, "h")
+    assert (table.t0_unix_ns, table.events["start_ns"].tolist()) == (t_abs, [700])
 
 
 @pytest.mark.skipif(not REAL_TRACES, reason="no real TF trace under /tmp/pl")
