@@ -4,14 +4,15 @@ step breakdown, the main (step-driving) thread, device facts and the optional sa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.events import is_device_plane
+from analyzers.events import is_device_plane, present_values
 from analyzers.ingest.logdir import RunData
 from analyzers.steps import Steps, clip_to_steps, step_breakdown, with_end
 
@@ -22,6 +23,14 @@ _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
 class Context:
     run: RunData
     steps: Steps
+
+    _memo: dict[str, Any] = field(default_factory=dict)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Signals several detectors share are computed once per run."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @classmethod
     def build(cls, run: RunData) -> Context:
@@ -62,7 +71,7 @@ class Context:
 
     @cached_property
     def device_planes(self) -> list[str]:
-        return sorted(p for p in self.events["plane"].astype(str).unique() if is_device_plane(p))
+        return sorted(p for p in present_values(self.events["plane"]) if is_device_plane(p))
 
     @property
     def has_accelerator(self) -> bool:
@@ -75,8 +84,7 @@ class Context:
         meta_devices = (self.run.metadata or {}).get("devices")
         if isinstance(meta_devices, dict) and meta_devices.get("count"):
             return int(meta_devices["count"])
-        names = self.events["name"].cat.categories.astype(str)
-        ids = {m for n in names for m in _CPU_DEVICE.findall(n)}
+        ids = {m for n in present_values(self.events["name"]) for m in _CPU_DEVICE.findall(n)}
         return max(len(ids), 1)
 
     @cached_property
@@ -94,8 +102,8 @@ class Context:
         if ":" not in src:
             return None
         name = src.split(":", 1)[1]
-        lines = self.events.loc[self.events["name"] == name, "line"].astype(str)
-        return lines.mode().iloc[0] if len(lines) else None
+        lines = self.events.loc[self.events["name"] == name, "line"]
+        return str(lines.value_counts().idxmax()) if len(lines) else None
 
     @cached_property
     def config(self) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ arrays, and classification runs once per distinct name, never per event.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -134,6 +135,29 @@ def classify(name: str, op_type: str, plane: str, line: str) -> str:
     return "other"
 
 
+def cat_mask(col: pd.Series, pred: Callable[[str], object]) -> np.ndarray:
+    """`pred` evaluated once per distinct value of a categorical column, spread over the rows:
+    string tests on a million events cost as much as on their few hundred distinct names."""
+    cats = col.cat.categories
+    flags = np.fromiter((bool(pred(str(c))) for c in cats), dtype=bool, count=len(cats))
+    codes = col.cat.codes.to_numpy()
+    return np.where(codes >= 0, flags[np.maximum(codes, 0)], False) if len(cats) else np.zeros(
+        len(col), dtype=bool)
+
+
+def cat_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
+    """`func` applied once per distinct value; an object array over the rows (None if missing)."""
+    cats = col.cat.categories
+    values = np.array([func(str(c)) for c in cats] + [None], dtype=object)
+    codes = col.cat.codes.to_numpy()
+    return values[np.where(codes >= 0, codes, len(cats))]
+
+
+def present_values(col: pd.Series) -> list[str]:
+    codes = col.cat.codes.to_numpy()
+    return [str(col.cat.categories[c]) for c in np.unique(codes[codes >= 0])]
+
+
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
@@ -192,18 +216,17 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     names = df["name"].cat.categories.astype(str)
     op_types = np.array([op_type_of(n) for n in names], dtype=object)
     df["op_type"] = pd.Categorical(op_types[df["name"].cat.codes.to_numpy()])
-    keys = df[["name", "plane", "line"]].copy()
-    key_codes = (
-        keys["name"].cat.codes.to_numpy().astype(np.int64) * len(keys["plane"].cat.categories)
-        + keys["plane"].cat.codes.to_numpy()
-    ) * len(keys["line"].cat.categories) + keys["line"].cat.codes.to_numpy()
+    name_c = df["name"].cat.codes.to_numpy().astype(np.int64)
+    plane_c = df["plane"].cat.codes.to_numpy().astype(np.int64)
+    line_c = df["line"].cat.codes.to_numpy().astype(np.int64)
+    n_plane, n_line = len(df["plane"].cat.categories), len(df["line"].cat.categories)
+    key_codes = (name_c * max(n_plane, 1) + plane_c) * max(n_line, 1) + line_c
     uniq, first, inv = np.unique(key_codes, return_index=True, return_inverse=True)
-    name_v = df["name"].to_numpy()
-    plane_v = df["plane"].astype(str).to_numpy()
-    line_v = df["line"].astype(str).to_numpy()
-    op_v = df["op_type"].to_numpy()
+    planes = df["plane"].cat.categories
+    lines = df["line"].cat.categories
     kinds = np.array(
-        [classify(str(name_v[i]), str(op_v[i]), plane_v[i], line_v[i]) for i in first],
+        [classify(str(names[name_c[i]]), str(op_types[name_c[i]]), str(planes[plane_c[i]]),
+                  str(lines[line_c[i]])) for i in first],
         dtype=object,
     )
     df["kind"] = pd.Categorical(kinds[inv], categories=KINDS)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analyzers.events import cat_mask, is_device_plane
+
 # Breakdown categories, highest priority first, with the event kinds feeding each.
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "device_compute": ("device_compute",),
@@ -59,9 +61,8 @@ class Steps:
 
 
 def _host(events: pd.DataFrame) -> pd.Series:
-    return ~events["plane"].astype(str).str.startswith("/device:") | events["plane"].astype(
-        str
-    ).str.startswith("/device:CPU")
+    return pd.Series(cat_mask(events["plane"], lambda p: not is_device_plane(p)),
+                     index=events.index)
 
 
 def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -80,8 +81,7 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
             return _chain(w), f"markers:{best}"
-    names = events.loc[host, "name"]
-    calls = events[host & names.astype(str).str.contains(_TRAIN_FN)]
+    calls = events[host & cat_mask(events["name"], _TRAIN_FN.search)]
     if len(calls):
         per_name = calls.groupby("name", observed=True).agg(n=("dur_ns", "size"),
                                                              total=("dur_ns", "sum"))
@@ -149,13 +149,12 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
     n = len(windows)
-    kinds = events["kind"].astype(str).to_numpy()
     cover_prev = np.zeros(n, dtype=np.int64)
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
     acc_step, acc_s, acc_e = [], [], []
     for cat, feeding in CATEGORIES.items():
-        sel = np.isin(kinds, feeding)
+        sel = events["kind"].isin(feeding).to_numpy()
         _, st, s, e = clip_to_steps(events["start_ns"].to_numpy()[sel],
                                  events["end_ns"].to_numpy()[sel], w_start, w_end)
         acc_step.append(st)

@@ -19,13 +19,12 @@ def detect(ctx: Context) -> Finding | None:
     ev = ctx.in_steps
     conv = ev[ev["kind"] == "convert"]
     if ctx.main_line:
-        conv = conv[conv["line"].astype(str) == ctx.main_line]
+        conv = conv[conv["line"] == ctx.main_line]
     per_step = len(conv) / max(ctx.n_steps, 1)
     if per_step < MIN_PER_STEP:
         return None
     share = ctx.fractions.get("convert", 0.0)
-    names = conv["name"].astype(str)
-    casts = int((names == "EagerLocalExecute: Cast").sum() / max(ctx.n_steps, 1))
+    casts = int((conv["name"] == "EagerLocalExecute: Cast").sum() / max(ctx.n_steps, 1))
     step_ms = ctx.steps.median_step_ns() / 1e6
     changes = {"cast": "pipeline"} if ctx.config and ctx.config.get("cast") == "host" else {}
     return Finding(

@@ -19,7 +19,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     if not ctx.has_accelerator:
         return Skipped(ID, "no accelerator plane in the trace: host and device are the same CPU")
     ev = ctx.in_steps
-    dev = ev["plane"].astype(str).isin(ctx.device_planes)
+    dev = ev["plane"].isin(ctx.device_planes)
     d2h = ev[dev & (ev["kind"] == "d2h")]
     host_ops = ev[~dev & (ev["kind"] == "host_op")]
     per_step = len(d2h) / max(ctx.n_steps, 1)

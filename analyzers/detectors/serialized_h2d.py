@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.context import Context
+from analyzers.events import cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import top_events
 
@@ -34,7 +35,7 @@ def _union(s: np.ndarray, e: np.ndarray) -> float:
 
 def _gpu(ctx: Context) -> Finding | None:
     ev = ctx.in_steps
-    h2d = ev[(ev["kind"] == "h2d") & ev["plane"].astype(str).isin(ctx.device_planes)]
+    h2d = ev[(ev["kind"] == "h2d") & ev["plane"].isin(ctx.device_planes)]
     if h2d.empty or h2d["plane"].nunique() < 2:
         return None
     total = union = 0.0
@@ -70,13 +71,13 @@ def _host(ctx: Context) -> Finding | None:
     ev = ctx.in_steps
     if ctx.main_line is None:
         return None
-    main = ev[ev["line"].astype(str) == ctx.main_line]
-    copies = main[main["name"].astype(str).isin(_HOST_COPY_NAMES)
-                  | main["name"].astype(str).str.startswith("_Send input")]
+    main = ev[ev["line"] == ctx.main_line]
+    copies = main[main["name"].isin(_HOST_COPY_NAMES)
+                  | cat_mask(main["name"], lambda n: n.startswith("_Send input"))]
     n_dev = ctx.n_devices
     per_step = len(copies) / max(ctx.n_steps, 1)
     # Eager ops copy their inputs too; only a burst of explicit per-device copies counts.
-    consts = copies[copies["name"].astype(str).isin(_HOST_COPY_NAMES[1:])]
+    consts = copies[copies["name"].isin(_HOST_COPY_NAMES[1:])]
     if n_dev < 2 or len(consts) / max(ctx.n_steps, 1) < n_dev:
         return None
     covered = sum(_union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
+from analyzers.events import cat_map, cat_mask, present_values
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
@@ -64,33 +65,33 @@ def _max_concurrency(s: np.ndarray, e: np.ndarray) -> int:
 
 
 def analyze_input_pipeline(ctx: Context) -> InputPipeline:
+    return ctx.memo("input_pipeline", lambda: _analyze(ctx))
+
+
+def _analyze(ctx: Context) -> InputPipeline:
     ev = ctx.in_steps
-    names = ev["name"].astype(str)
-    stages = names[names.str.startswith("Iterator::")]
-    paths = sorted({_BRACKETS.sub("", n) for n in stages.unique()})
+    paths = sorted({_BRACKETS.sub("", n) for n in present_values(ev["name"])
+                    if n.startswith("Iterator::")})
     leaf = {p.rsplit("::", 1)[-1] for p in paths}
     work = ev[ev["kind"] == "input_work"]
-    wnames = work["name"].astype(str)
-    is_stage = wnames.str.startswith("Iterator::")
+    wname = work["name"]
+    is_stage = cat_mask(wname, lambda n: n.startswith("Iterator::"))
     # Map-function ops are `scope/op:Type` events; `ExecutorState::Process` and other `A::B`
     # wrappers enclose them and would count the same time twice.
-    ops = work[~is_stage & wnames.str.contains(":", regex=False)
-               & ~wnames.str.contains("::", regex=False)]
-    op_types = ops["op_type"].astype(str)
-    parse = ops[op_types.str.match(_PARSE_OPS)]
-    casts = ops[op_types == "Cast"]
+    ops = work[~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)]
+    parse = ops[cat_mask(ops["op_type"], _PARSE_OPS.match)]
+    casts = ops[ops["op_type"] == "Cast"]
     n = max(ctx.n_steps, 1)
     # Self time of map-function ops: leaf op events (not the executor wrappers).
-    is_reader = wnames.map(lambda x: x.rsplit("::", 1)[-1] in _READERS).astype(bool)
-    reader_ev = work[is_stage & is_reader]
+    reader_ev = work[is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)]
     reader_ms = float(reader_ev["dur_ns"].sum()) / 1e6 / n
     # Concurrency of reads: the direct children of interleave elements (one per open input),
     # or the reader stages themselves when there is no interleave.
-    inputs = work[wnames.str.contains(_INTERLEAVE_CHILD)]
+    inputs = work[cat_mask(wname, _INTERLEAVE_CHILD.search)]
     if len(inputs):
         # One span per interleave element (an open input file), first to last event.
-        element = inputs["name"].astype(str).str.extract(_ELEMENT, expand=False)
-        spans = inputs.assign(element=element.to_numpy()).groupby("element").agg(
+        element = cat_map(inputs["name"], lambda n: (m := _ELEMENT.search(n)) and m.group(1))
+        spans = inputs.assign(element=element).groupby("element").agg(
             start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         conc_ev = spans
     else:
@@ -106,7 +107,7 @@ def analyze_input_pipeline(ctx: Context) -> InputPipeline:
     return InputPipeline(
         present=bool(paths) or len(work) > 0,
         stage_paths=paths,
-        has_prefetch="Prefetch" in path_text or (names == "PrefetchConsume").any(),
+        has_prefetch="Prefetch" in path_text or (ev["name"] == "PrefetchConsume").any(),
         parallel_stages=parallel,
         sequential_stages=sequential,
         map_before_batch=bool(map_before),
@@ -128,7 +129,7 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     ev = ctx.in_steps
     w = ev[ev["kind"] == "input_wait"]
     if ctx.main_line:
-        w = w[w["line"].astype(str) == ctx.main_line]
+        w = w[w["line"] == ctx.main_line]
     w = w.sort_values("dur_ns", ascending=False).drop_duplicates("start_ns").head(top)
     return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in zip(w["start_ns"], w["end_ns"],
                                                                       strict=True)]

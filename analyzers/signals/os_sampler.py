@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
+from analyzers.events import cat_mask
 
 INPUT_PREFIXES = ("tf_data",)
 
@@ -53,8 +54,8 @@ def _name_role(name: str, tid: int, pid: int) -> str:
 def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
     """OS tid → role, by agreement of its running samples with trace line activity (phi)."""
     ev = ctx.events
-    host = ~ev["plane"].astype(str).str.startswith("/device:")
-    ev = ev[host & (ev["kind"] != "input_wait") & ~ev["name"].astype(str).isin(_BLOCKING)]
+    host = cat_mask(ev["plane"], lambda p: not p.startswith("/device:"))
+    ev = ev[host & (ev["kind"] != "input_wait") & ~ev["name"].isin(_BLOCKING)]
     busy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for line, g in ev.groupby("line", observed=True):
         order = np.argsort(g["start_ns"].to_numpy())
@@ -105,6 +106,10 @@ def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
 
 
 def summarize(ctx: Context) -> SamplerSummary | None:
+    return ctx.memo("sampler_summary", lambda: _summarize(ctx))
+
+
+def _summarize(ctx: Context) -> SamplerSummary | None:
     th = ctx.run.threads
     if th is None or th.empty:
         return None
