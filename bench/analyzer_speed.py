@@ -466,8 +466,8 @@ def print_table(rows: list[dict], args, tools: tuple[str, ...], load: str) -> No
              f"{GOALS['speedup_vs_xprof']:g}x, >= {GOALS['events_per_s'] / 1e6:g}M events/s, "
              f"peak RSS <= {GOALS['rss_per_file']:g}x file size")
     table = Table(title=title)
-    for col in ("logdir", "events", "file MB", "ours s", "events/s", "peak RSS MB", "RSS/file",
-                "xprof s", "xprof RSS MB", "xprof/ours"):
+    for col in ("logdir", "events", "file MB", "ours s", "runs", "events/s", "peak RSS MB",
+                "RSS/file", "xprof s", "xprof RSS MB", "xprof/ours"):
         table.add_column(col, justify="left" if col == "logdir" else "right")
 
     def mark(value, goal, fmt, higher_is_better=True):
@@ -480,6 +480,7 @@ def print_table(rows: list[dict], args, tools: tuple[str, ...], load: str) -> No
         table.add_row(
             r["target"], f"{r['events']:,}", f"{r['file_mb']:.2f}",
             f"{r['ours_s']:.2f}" if r["ours_s"] else "failed",
+            f"{r['runs']}/{args.repeats}",
             mark(r["events_per_s"], GOALS["events_per_s"], "{:,.0f}"),
             f"{r['peak_rss_mb']:.0f}" if r["peak_rss_mb"] else "-",
             mark(r["rss_per_file"], GOALS["rss_per_file"], "{:.1f}x", higher_is_better=False),
