@@ -162,15 +162,21 @@ def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
 
-def _intern(values: np.ndarray) -> pd.Categorical:
+def _intern(values: np.ndarray | tuple[np.ndarray, list[str]]) -> pd.Categorical:
+    """Per-row values, or (codes, names) so a million rows never become Python strings."""
+    if isinstance(values, tuple):
+        codes, names = values
+        uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+        remap = np.asarray(inverse, dtype=np.int64)
+        return _categorical(remap[codes] if len(codes) else codes.astype(np.int64), list(uniq))
     return pd.Categorical(values)
 
 
 def build_events(
     *,
     host: str,
-    plane: np.ndarray,
-    line: np.ndarray,
+    plane: np.ndarray | tuple[np.ndarray, list[str]],
+    line: np.ndarray | tuple[np.ndarray, list[str]],
     line_id: np.ndarray,
     name_codes: np.ndarray,
     names: list[str],
@@ -188,7 +194,7 @@ def build_events(
     codes = remap[name_codes] if len(names) or has_unknown else name_codes
     df = pd.DataFrame(
         {
-            "host": pd.Categorical([host] * len(start_ns)) if len(start_ns) else pd.Categorical([]),
+            "host": _categorical(np.zeros(len(start_ns), dtype=np.int64), [host]),
             "plane": _intern(plane),
             "line": _intern(line),
             "line_id": np.asarray(line_id, dtype=np.int64),
@@ -215,7 +221,10 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         return df
     names = df["name"].cat.categories.astype(str)
     op_types = np.array([op_type_of(n) for n in names], dtype=object)
-    df["op_type"] = pd.Categorical(op_types[df["name"].cat.codes.to_numpy()])
+    op_uniq, op_inv = np.unique(op_types, return_inverse=True)
+    name_codes = df["name"].cat.codes.to_numpy()
+    df["op_type"] = _categorical(np.where(name_codes >= 0, op_inv[np.maximum(name_codes, 0)], -1),
+                                 list(op_uniq))
     name_c = df["name"].cat.codes.to_numpy().astype(np.int64)
     plane_c = df["plane"].cat.codes.to_numpy().astype(np.int64)
     line_c = df["line"].cat.codes.to_numpy().astype(np.int64)

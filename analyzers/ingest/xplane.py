@@ -96,8 +96,8 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
     return XSpaceTable(
         events=build_events(
             host=host,
-            plane=np.array([p.name for p in planes], dtype=object)[ev_plane],
-            line=line_names[ev_line],
+            plane=(ev_plane, [p.name for p in planes]),
+            line=(ev_line, list(line_names)),
             line_id=lines_i[ev_line, 1],
             name_codes=codes,
             names=names,
