@@ -9,7 +9,8 @@ Columns
   docs/trace-signals.md lists the names behind each)
 - `start_ns`, `dur_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns`
   (kept in `df.attrs`), so sampler rows align by subtracting it
-- stat columns (STAT_COLUMNS): int64 with -1 for "absent", or object for text stats
+- stat columns (STAT_COLUMNS): sparse int64 with -1 for "absent" (most events carry none of
+  them, so a sparse column costs only its present values), or category for text stats
 
 Names are interned: every string column is categorical, so a million events cost a few integer
 arrays, and classification runs once per distinct name, never per event.
@@ -203,14 +204,32 @@ def build_events(
             "dur_ns": np.asarray(dur_ns, dtype=np.int64),
         }
     )
+    n = len(df)
     for col in STAT_COLUMNS:
         values = stats.get(col)
-        if values is None:
-            df[col] = (pd.Series([None] * len(df), dtype=object) if col in TEXT_STATS
-                       else np.full(len(df), -1, dtype=np.int64))
+        if col in TEXT_STATS:
+            codes = np.full(n, -1, dtype=np.int32)
+            cats: list[str] = []
+            if values is not None:
+                present = np.flatnonzero(pd.notna(values))
+                if len(present):
+                    uniq, inv = np.unique(np.asarray(values[present], dtype=str),
+                                          return_inverse=True)
+                    codes[present] = inv
+                    cats = list(uniq)
+            df[col] = _categorical(codes, cats)
         else:
-            df[col] = values
+            dense = values if values is not None else np.full(n, -1, dtype=np.int64)
+            df[col] = pd.arrays.SparseArray(np.asarray(dense, dtype=np.int64), fill_value=-1)
     return add_derived(df)
+
+
+def stat(df: pd.DataFrame, col: str) -> np.ndarray:
+    """A stat column as a dense int64 array (-1 where absent)."""
+    values = df[col].array
+    if isinstance(values, pd.arrays.SparseArray):
+        return values.to_numpy()
+    return np.asarray(values, dtype=np.int64)
 
 
 def add_derived(df: pd.DataFrame) -> pd.DataFrame:

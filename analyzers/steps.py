@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_mask, is_device_plane
+from analyzers.events import cat_mask, is_device_plane, stat
 
 # Breakdown categories, highest priority first, with the event kinds feeding each.
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -68,8 +68,11 @@ def _host(events: pd.DataFrame) -> pd.Series:
 def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Return (DataFrame[step, start_ns, end_ns], source)."""
     host = _host(events)
-    marked = events[host & (events["step_num"] >= 0)]
+    has_step = stat(events, "step_num") >= 0
+    marked = events[host.to_numpy() & has_step][["name", "start_ns", "end_ns", "dur_ns"]]
     if len(marked):
+        marked = marked.assign(step_num=stat(events, "step_num")[host.to_numpy() & has_step],
+                               root=stat(events, "root")[host.to_numpy() & has_step])
         if (marked["root"] > 0).any():
             marked = marked[marked["root"] > 0]
         per_name = marked.groupby("name", observed=True).agg(

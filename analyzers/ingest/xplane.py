@@ -14,8 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.events import STAT_COLUMNS, build_events
-from analyzers.ingest.xplane_decode import XPlaneDecodeError, decode_xspace
+from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
+from analyzers.ingest.xplane_decode import (
+    XPlaneDecodeError,
+    as_buffer,
+    decode_events,
+    decode_plane_rest,
+)
 from analyzers.ingest.xplane_schema import XPlane
 
 TASK_ENV_PLANE = "Task Environment"
@@ -44,11 +49,15 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
     data = Path(path).read_bytes()
     if not data:
         raise ValueError(f"{path}: empty xplane file")
+    buf = as_buffer(data)
     try:
-        space = decode_xspace(data)
-        planes = [XPlane.FromString(rest) for rest in space.plane_rest]
-    except (XPlaneDecodeError, Exception) as e:  # protobuf raises its own DecodeError
+        planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
+        want, columns = _wanted_stats(planes)
+        space = decode_events(buf, want)
+    except XPlaneDecodeError as e:
         raise ValueError(f"{path}: {e}") from None
+    except Exception as e:  # protobuf raises its own DecodeError on a corrupt plane
+        raise ValueError(f"{path}: not a valid xplane ({type(e).__name__}: {e})") from None
 
     plane_stats: dict[str, dict[str, object]] = {}
     for p in planes:
@@ -58,52 +67,49 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
     start = plane_stats.get(TASK_ENV_PLANE, {}).get("profile_start_time")
     t0 = int(start) if isinstance(start, int) else 0
 
-    lines_i, lines_s, ev = space.lines_i, space.lines_s, space.events
-    line_plane = lines_i[:, 0]
-    line_names = np.array(
-        [space.text(*(d if d[1] else n))
-         for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)],
-        dtype=object,
-    )
-    ev_line = ev[:, 0]
-    ev_plane = line_plane[ev_line]
-    line_ts = lines_i[ev_line, 2]
-    if t0 == 0 and len(ev):
+    lines_i, lines_s = space.lines_i, space.lines_s
+    ev_line = space.ev_line
+    ev_plane = lines_i[ev_line, 0] if len(ev_line) else np.zeros(0, dtype=np.int64)
+    line_names = [space.text(*(d if d[1] else n))
+                  for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)]
+    line_ts = lines_i[:, 2]
+    if t0 == 0 and len(ev_line):
         # Absolute line timestamps (no Task Environment plane): the earliest line with events
         # starts the trace (empty lines may carry timestamp 0).
-        t0 = int(lines_i[np.unique(ev_line), 2].min())
+        t0 = int(line_ts[np.unique(ev_line)].min())
         line_ts = line_ts - t0
-    start_ns = line_ts + ev[:, 2] // 1000
-    dur_ns = ev[:, 3] // 1000
+    start_ns = line_ts[ev_line] + space.ev_off // 1000
+    dur_ns = space.ev_dur // 1000
 
     # Event names: per plane metadata ids → one global list of names, then integer codes.
     names: list[str] = []
-    codes = np.full(len(ev), -1, dtype=np.int64)
+    codes = np.full(len(ev_line), -1, dtype=np.int64)
     for pi, p in enumerate(planes):
-        sel = np.flatnonzero(ev_plane == pi)
-        if not len(sel) or not p.event_metadata:
+        if not p.event_metadata:
+            continue
+        sel = np.flatnonzero(ev_plane == pi) if len(planes) > 1 else np.arange(len(ev_line))
+        if not len(sel):
             continue
         ids = np.fromiter(p.event_metadata.keys(), dtype=np.int64, count=len(p.event_metadata))
-        order = np.argsort(ids)
-        ids = ids[order]
+        ids.sort()
         meta = [p.event_metadata[int(i)] for i in ids]
-        pos = np.searchsorted(ids, ev[sel, 1]).clip(0, len(ids) - 1)
-        known = ids[pos] == ev[sel, 1]
+        mids = space.ev_mid[sel]
+        pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
+        known = ids[pos] == mids
         codes[sel[known]] = pos[known] + len(names)
         names.extend(m.name or m.display_name for m in meta)
 
-    stats = _pivot_stats(space, planes, ev_plane)
     return XSpaceTable(
         events=build_events(
             host=host,
             plane=(ev_plane, [p.name for p in planes]),
-            line=(ev_line, list(line_names)),
+            line=(ev_line, line_names),
             line_id=lines_i[ev_line, 1],
             name_codes=codes,
             names=names,
             start_ns=start_ns,
             dur_ns=dur_ns,
-            stats=stats,
+            stats=_stat_columns(space, planes, columns, ev_plane),
         ),
         t0_unix_ns=t0,
         planes=[p.name for p in planes],
@@ -111,53 +117,55 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
     )
 
 
-def _pivot_stats(space, planes: list, ev_plane: np.ndarray) -> dict[str, np.ndarray]:
-    """The few stats detectors use, one column each (int64 with -1 as missing, or object)."""
-    n = len(space.events)
-    out: dict[str, np.ndarray] = {}
-    si = space.stats_i
-    if not len(si):
-        return out
-    st_plane = ev_plane[si[:, 0]]
-    # (plane, stat metadata id) → stat name, and ref ids → interned strings, per plane.
-    wanted = {alias: col for col, aliases in STAT_COLUMNS.items() for alias in aliases}
+def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
+    """want[plane, stat metadata id] = index into `columns` of the stats the table keeps."""
+    columns = list(STAT_COLUMNS)
+    alias = {a: columns.index(col) for col, aliases in STAT_COLUMNS.items() for a in aliases}
+    width = 1
+    for p in planes:
+        for k, m in p.stat_metadata.items():
+            if m.name in alias and k < _MAX_STAT_ID:
+                width = max(width, k + 1)
+    want = np.full((max(len(planes), 1), width), -1, dtype=np.int64)
     for pi, p in enumerate(planes):
-        by_name = {m.name: k for k, m in p.stat_metadata.items() if m.name in wanted}
-        if not by_name:
+        for k, m in p.stat_metadata.items():
+            if m.name in alias and 0 <= k < width:
+                want[pi, k] = alias[m.name]
+    return want, columns
+
+
+_MAX_STAT_ID = 1 << 20  # stat metadata ids are small in practice; larger ones are not decoded
+
+
+def _stat_columns(space, planes: list, columns: list[str],
+                  ev_plane: np.ndarray) -> dict[str, np.ndarray]:
+    """The decoded stats as one column each: int64 with -1 for absent, or object for text."""
+    n = len(space.ev_line)
+    si = space.stats_i
+    out: dict[str, np.ndarray] = {}
+    for ci, col in enumerate(columns):
+        rows = np.flatnonzero(si[:, 1] == ci)
+        if not len(rows):
             continue
-        in_plane = st_plane == pi
-        for stat_name, mid in by_name.items():
-            col = wanted[stat_name]
-            rows = np.flatnonzero(in_plane & (si[:, 1] == mid))
-            if not len(rows):
-                continue
-            kinds = si[rows, 2]
-            events = si[rows, 0]
-            numeric = (kinds == _INT64) | (kinds == _UINT64)
-            if numeric.any():
-                arr = out.setdefault(col, np.full(n, -1, dtype=np.int64))
-                if arr.dtype == object:
-                    arr[events[numeric]] = si[rows[numeric], 3]
-                else:
-                    arr[events[numeric]] = si[rows[numeric], 3]
-            textual = (kinds == _STR) | (kinds == _REF) | (kinds == _BYTES)
-            if textual.any():
-                arr = out.get(col)
-                if arr is None or arr.dtype != object:
-                    obj = np.full(n, None, dtype=object)
-                    if arr is not None:
-                        has = arr >= 0
-                        obj[has] = arr[has]
-                    arr = out[col] = obj
-                refs = {k: m.name for k, m in p.stat_metadata.items()}
-                for r in rows[textual]:
-                    if si[r, 2] == _REF:
-                        arr[si[r, 0]] = refs.get(int(si[r, 3]), "")
-                    else:
-                        arr[si[r, 0]] = space.text(int(si[r, 3]), int(si[r, 4]))
+        kinds, events, values = si[rows, 2], si[rows, 0], si[rows, 3]
+        if col in TEXT_STATS:
+            arr = np.full(n, None, dtype=object)
+            refs = kinds == _REF
+            if refs.any():
+                for pi, p in enumerate(planes):
+                    in_plane = refs & (ev_plane[events] == pi)
+                    if in_plane.any():
+                        ref_names = {k: m.name for k, m in p.stat_metadata.items()}
+                        arr[events[in_plane]] = [ref_names.get(int(v), "") for v in
+                                                 values[in_plane]]
+            texts = (kinds == _STR) | (kinds == _BYTES)
+            for r in np.flatnonzero(texts):
+                arr[events[r]] = space.text(int(values[r]), int(si[rows[r], 4]))
+        else:
+            arr = np.full(n, -1, dtype=np.int64)
+            ints = (kinds == _INT64) | (kinds == _UINT64) | (kinds == _REF)
+            arr[events[ints]] = values[ints]
             dbl = kinds == _DOUBLE
-            if dbl.any():
-                arr = out.setdefault(col, np.full(n, -1, dtype=np.int64))
-                if arr.dtype != object:
-                    arr[events[dbl]] = space.stats_d[rows[dbl]].astype(np.int64)
+            arr[events[dbl]] = space.stats_d[rows[dbl]].astype(np.int64)
+        out[col] = arr
     return out

@@ -15,7 +15,7 @@ uint64=3 int64=4 str=5 bytes=6 ref=7 (see xplane_schema.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -73,60 +73,106 @@ def _len_field(buf, pos, end):
 
 
 @njit(cache=True)
-def _walk(buf, fill, counts, planes_rest, lines_i, lines_s, ev_i, st_i, st_d, rest):
-    """One pass over the XSpace. With fill=False only `counts` is written:
-    [planes, lines, events, stats, rest bytes, error code, error offset]."""
+def _walk_rest(buf, fill, counts, planes_rest, rest):
+    """XSpace and XPlane top level only, skipping lines by their length: counts planes and the
+    bytes of every non-line plane field (names, metadata maps, stats), and with fill=True copies
+    them into `rest`. counts: [planes, rest bytes, error code, error offset]."""
     n_planes = 0
-    n_lines = 0
-    n_events = 0
-    n_stats = 0
     n_rest = 0
     end_all = buf.shape[0]
     pos = 0
     while pos < end_all:
         tag, pos, err = _varint(buf, pos, end_all)
         if err:
-            counts[5] = err
-            counts[6] = pos
+            counts[2] = err
+            counts[3] = pos
             return
         if tag >> 3 != 1 or tag & 7 != 2:
             pos, err = _skip(buf, pos, end_all, tag & 7)
             if err:
-                counts[5] = err
-                counts[6] = pos
+                counts[2] = err
+                counts[3] = pos
                 return
             continue
         p_start, p_end, err = _len_field(buf, pos, end_all)
         if err:
-            counts[5] = err
-            counts[6] = pos
+            counts[2] = err
+            counts[3] = pos
             return
-        plane = n_planes
-        n_planes += 1
         if fill:
-            planes_rest[plane, 0] = n_rest
+            planes_rest[n_planes, 0] = n_rest
         pos = p_start
         while pos < p_end:
             f_start = pos
             tag, pos, err = _varint(buf, pos, p_end)
+            if err == 0:
+                pos, err = _skip(buf, pos, p_end, tag & 7)
             if err:
-                counts[5] = err
-                counts[6] = pos
+                counts[2] = err
+                counts[3] = pos
+                return
+            if tag >> 3 != 3:
+                if fill:
+                    rest[n_rest : n_rest + pos - f_start] = buf[f_start:pos]
+                n_rest += pos - f_start
+        if fill:
+            planes_rest[n_planes, 1] = n_rest
+        n_planes += 1
+    counts[0] = n_planes
+    counts[1] = n_rest
+
+
+@njit(cache=True)
+def _walk(buf, fill, want, counts, lines_i, lines_s, ev_line, ev_mid, ev_off, ev_dur, st_i,
+          st_d):
+    """Lines, events and the wanted stats. `want[plane, stat metadata id]` is the output column
+    of a stat (-1: not wanted). With fill=False only `counts` is written:
+    [lines, events, stats, error code, error offset]."""
+    n_planes = 0
+    n_lines = 0
+    n_events = 0
+    n_stats = 0
+    end_all = buf.shape[0]
+    width = want.shape[1]
+    pos = 0
+    while pos < end_all:
+        tag, pos, err = _varint(buf, pos, end_all)
+        if err:
+            counts[3] = err
+            counts[4] = pos
+            return
+        if tag >> 3 != 1 or tag & 7 != 2:
+            pos, err = _skip(buf, pos, end_all, tag & 7)
+            if err:
+                counts[3] = err
+                counts[4] = pos
+                return
+            continue
+        p_start, p_end, err = _len_field(buf, pos, end_all)
+        if err:
+            counts[3] = err
+            counts[4] = pos
+            return
+        plane = n_planes
+        n_planes += 1
+        pos = p_start
+        while pos < p_end:
+            tag, pos, err = _varint(buf, pos, p_end)
+            if err:
+                counts[3] = err
+                counts[4] = pos
                 return
             if tag >> 3 != 3 or tag & 7 != 2:
                 pos, err = _skip(buf, pos, p_end, tag & 7)
                 if err:
-                    counts[5] = err
-                    counts[6] = pos
+                    counts[3] = err
+                    counts[4] = pos
                     return
-                if fill:
-                    rest[n_rest : n_rest + pos - f_start] = buf[f_start:pos]
-                n_rest += pos - f_start
                 continue
             l_start, l_end, err = _len_field(buf, pos, p_end)
             if err:
-                counts[5] = err
-                counts[6] = pos
+                counts[3] = err
+                counts[4] = pos
                 return
             line = n_lines
             n_lines += 1
@@ -136,133 +182,148 @@ def _walk(buf, fill, counts, planes_rest, lines_i, lines_s, ev_i, st_i, st_d, re
             while pos < l_end:
                 tag, pos, err = _varint(buf, pos, l_end)
                 if err:
-                    counts[5] = err
-                    counts[6] = pos
+                    counts[3] = err
+                    counts[4] = pos
                     return
                 field = tag >> 3
                 wire = tag & 7
                 if field == 4 and wire == 2:
                     e_start, e_end, err = _len_field(buf, pos, l_end)
                     if err:
-                        counts[5] = err
-                        counts[6] = pos
+                        counts[3] = err
+                        counts[4] = pos
                         return
                     event = n_events
                     n_events += 1
                     if fill:
-                        ev_i[event, 0] = line
+                        ev_line[event] = line
                     pos = e_start
                     while pos < e_end:
                         tag, pos, err = _varint(buf, pos, e_end)
                         if err:
-                            counts[5] = err
-                            counts[6] = pos
+                            counts[3] = err
+                            counts[4] = pos
                             return
                         ef = tag >> 3
                         ew = tag & 7
                         if ef == 4 and ew == 2:
                             s_start, s_end, err = _len_field(buf, pos, e_end)
                             if err:
-                                counts[5] = err
-                                counts[6] = pos
+                                counts[3] = err
+                                counts[4] = pos
                                 return
+                            # A stat's metadata id comes first (TF writes fields in order);
+                            # unwanted stats are skipped whole.
+                            sp = s_start
+                            col = -1
+                            if sp < s_end and buf[sp] == 0x08:
+                                mid, sp2, err = _varint(buf, sp + 1, s_end)
+                                if err == 0 and 0 <= mid < width:
+                                    col = want[plane, mid]
+                            else:
+                                col = -2  # unusual field order: decode it to find the id
+                            pos = s_end
+                            if col == -1:
+                                continue
                             stat = n_stats
                             n_stats += 1
-                            if fill:
-                                st_i[stat, 0] = event
-                            pos = s_start
-                            while pos < s_end:
-                                tag, pos, err = _varint(buf, pos, s_end)
+                            if not fill:
+                                continue
+                            st_i[stat, 0] = event
+                            st_i[stat, 1] = col
+                            p2 = s_start
+                            while p2 < s_end:
+                                tag, p2, err = _varint(buf, p2, s_end)
                                 if err:
-                                    counts[5] = err
-                                    counts[6] = pos
+                                    counts[3] = err
+                                    counts[4] = p2
                                     return
                                 sf = tag >> 3
                                 sw = tag & 7
                                 if sw == 0 and (sf == 1 or sf == 3 or sf == 4 or sf == 7):
-                                    v, pos, err = _varint(buf, pos, s_end)
+                                    v, p2, err = _varint(buf, p2, s_end)
                                     if err:
-                                        counts[5] = err
-                                        counts[6] = pos
+                                        counts[3] = err
+                                        counts[4] = p2
                                         return
-                                    if fill:
-                                        if sf == 1:
-                                            st_i[stat, 1] = v
-                                        else:
-                                            st_i[stat, 2] = sf
-                                            st_i[stat, 3] = v
-                                elif sw == 1 and sf == 2:
-                                    if pos + 8 > s_end:
-                                        counts[5] = 4
-                                        counts[6] = pos
-                                        return
-                                    if fill:
-                                        st_i[stat, 2] = 2
-                                        st_d[stat] = buf[pos : pos + 8].view(np.float64)[0]
-                                    pos += 8
-                                elif sw == 2 and (sf == 5 or sf == 6):
-                                    v_start, v_end, err = _len_field(buf, pos, s_end)
-                                    if err:
-                                        counts[5] = err
-                                        counts[6] = pos
-                                        return
-                                    if fill:
+                                    if sf == 1:
+                                        if col == -2:
+                                            st_i[stat, 1] = (want[plane, v]
+                                                             if 0 <= v < width else -1)
+                                    else:
                                         st_i[stat, 2] = sf
-                                        st_i[stat, 3] = v_start
-                                        st_i[stat, 4] = v_end - v_start
-                                    pos = v_end
-                                else:
-                                    pos, err = _skip(buf, pos, s_end, sw)
-                                    if err:
-                                        counts[5] = err
-                                        counts[6] = pos
+                                        st_i[stat, 3] = v
+                                elif sw == 1 and sf == 2:
+                                    if p2 + 8 > s_end:
+                                        counts[3] = 4
+                                        counts[4] = p2
                                         return
-                        elif ew == 0 and (ef == 1 or ef == 2 or ef == 3 or ef == 5):
+                                    st_i[stat, 2] = 2
+                                    st_d[stat] = buf[p2 : p2 + 8].view(np.float64)[0]
+                                    p2 += 8
+                                elif sw == 2 and (sf == 5 or sf == 6):
+                                    v_start, v_end, err = _len_field(buf, p2, s_end)
+                                    if err:
+                                        counts[3] = err
+                                        counts[4] = p2
+                                        return
+                                    st_i[stat, 2] = sf
+                                    st_i[stat, 3] = v_start
+                                    st_i[stat, 4] = v_end - v_start
+                                    p2 = v_end
+                                else:
+                                    p2, err = _skip(buf, p2, s_end, sw)
+                                    if err:
+                                        counts[3] = err
+                                        counts[4] = p2
+                                        return
+                        elif ew == 0 and (ef == 1 or ef == 2 or ef == 3):
                             v, pos, err = _varint(buf, pos, e_end)
                             if err:
-                                counts[5] = err
-                                counts[6] = pos
+                                counts[3] = err
+                                counts[4] = pos
                                 return
                             if fill:
-                                ev_i[event, ef] = v
+                                if ef == 1:
+                                    ev_mid[event] = v
+                                elif ef == 2:
+                                    ev_off[event] = v
+                                else:
+                                    ev_dur[event] = v
                         else:
                             pos, err = _skip(buf, pos, e_end, ew)
                             if err:
-                                counts[5] = err
-                                counts[6] = pos
+                                counts[3] = err
+                                counts[4] = pos
                                 return
                 elif wire == 0 and (field == 1 or field == 3 or field == 9 or field == 10):
                     v, pos, err = _varint(buf, pos, l_end)
                     if err:
-                        counts[5] = err
-                        counts[6] = pos
+                        counts[3] = err
+                        counts[4] = pos
                         return
                     if fill:
                         lines_i[line, 1 if field == 1 else (2 if field == 3 else 3)] = v
                 elif wire == 2 and (field == 2 or field == 11):
                     v_start, v_end, err = _len_field(buf, pos, l_end)
                     if err:
-                        counts[5] = err
-                        counts[6] = pos
+                        counts[3] = err
+                        counts[4] = pos
                         return
                     if fill:
-                        col = 0 if field == 2 else 2
-                        lines_s[line, col] = v_start
-                        lines_s[line, col + 1] = v_end - v_start
+                        c = 0 if field == 2 else 2
+                        lines_s[line, c] = v_start
+                        lines_s[line, c + 1] = v_end - v_start
                     pos = v_end
                 else:
                     pos, err = _skip(buf, pos, l_end, wire)
                     if err:
-                        counts[5] = err
-                        counts[6] = pos
+                        counts[3] = err
+                        counts[4] = pos
                         return
-        if fill:
-            planes_rest[plane, 1] = n_rest
-    counts[0] = n_planes
-    counts[1] = n_lines
-    counts[2] = n_events
-    counts[3] = n_stats
-    counts[4] = n_rest
+    counts[0] = n_lines
+    counts[1] = n_events
+    counts[2] = n_stats
 
 
 @dataclass
@@ -270,19 +331,30 @@ class DecodedSpace:
     """Flat arrays for one XSpace file; row indices link event -> line -> plane, stat -> event.
 
     lines_i columns: plane, id, timestamp_ns, duration_ps; lines_s: name (start, len),
-    display_name (start, len) as byte ranges into `buf`.
-    events columns: line, metadata_id, offset_ps, duration_ps, (unused), num_occurrences.
-    stats_i columns: event, metadata_id, kind (field number of the value: 2 double, 3 uint64,
-    4 int64, 5 str, 6 bytes, 7 ref), value (ints and refs; byte start for str/bytes), byte length.
+    display_name (start, len) as byte ranges into `buf`. Events: ev_line, ev_mid (metadata id),
+    ev_off (offset_ps), ev_dur (duration_ps). stats_i columns (wanted stats only): event, output
+    column, kind (field number of the value: 2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref),
+    value (ints and refs; byte start for str/bytes), byte length; stats_d the doubles.
     """
 
     buf: np.ndarray
-    plane_rest: list[bytes]
     lines_i: np.ndarray
     lines_s: np.ndarray
-    events: np.ndarray
+    ev_line: np.ndarray
+    ev_mid: np.ndarray
+    ev_off: np.ndarray
+    ev_dur: np.ndarray
     stats_i: np.ndarray
     stats_d: np.ndarray
+    plane_rest: list[bytes] = field(default_factory=list)
+
+    @property
+    def events(self) -> np.ndarray:
+        """One row per event: line, metadata id, offset_ps, duration_ps, 0, 0 (the layout of
+        XEvent's field numbers; num_occurrences is not decoded)."""
+        z = np.zeros(len(self.ev_line), dtype=np.int64)
+        return np.stack([self.ev_line.astype(np.int64), self.ev_mid, self.ev_off, self.ev_dur,
+                         z, z], axis=1)
 
     def text(self, start: int, length: int) -> str:
         return self.buf[start : start + length].tobytes().decode("utf-8", "replace")
@@ -292,32 +364,65 @@ class XPlaneDecodeError(ValueError):
     pass
 
 
-def decode_xspace(data: bytes | np.ndarray) -> DecodedSpace:
-    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes | bytearray) else data
-    counts = np.zeros(7, dtype=np.int64)
-    empty2 = np.zeros((0, 2), dtype=np.int64)
-    _walk(buf, False, counts, empty2, np.zeros((0, 4), np.int64), np.zeros((0, 4), np.int64),
-          np.zeros((0, 6), np.int64), np.zeros((0, 5), np.int64), np.zeros(0, np.float64),
-          np.zeros(0, np.uint8))
-    if counts[5]:
+def _check(code: int, offset: int) -> None:
+    if code:
         raise XPlaneDecodeError(
-            f"not a valid xplane: {_ERRORS.get(int(counts[5]), 'corrupt')} at byte {counts[6]}"
-        )
-    n_planes, n_lines, n_events, n_stats, n_rest = (int(c) for c in counts[:5])
-    planes_rest = np.zeros((n_planes, 2), dtype=np.int64)
-    lines_i = np.zeros((n_lines, 4), dtype=np.int64)
-    lines_s = np.zeros((n_lines, 4), dtype=np.int64)
-    events = np.zeros((n_events, 6), dtype=np.int64)
-    stats_i = np.zeros((n_stats, 5), dtype=np.int64)
-    stats_d = np.zeros(n_stats, dtype=np.float64)
-    rest = np.zeros(n_rest, dtype=np.uint8)
-    _walk(buf, True, counts, planes_rest, lines_i, lines_s, events, stats_i, stats_d, rest)
-    return DecodedSpace(
+            f"not a valid xplane: {_ERRORS.get(code, 'corrupt')} at byte {offset}")
+
+
+def as_buffer(data: bytes | np.ndarray) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes | bytearray) else data
+
+
+def decode_plane_rest(buf: np.ndarray) -> list[bytes]:
+    """Each plane's fields other than its lines (name, metadata maps, stats), as bytes that
+    protobuf parses as an XPlane. Cheap: lines are skipped by length."""
+    counts = np.zeros(4, dtype=np.int64)
+    _walk_rest(buf, False, counts, np.zeros((0, 2), np.int64), np.zeros(0, np.uint8))
+    _check(int(counts[2]), int(counts[3]))
+    planes_rest = np.zeros((int(counts[0]), 2), dtype=np.int64)
+    rest = np.zeros(int(counts[1]), dtype=np.uint8)
+    _walk_rest(buf, True, counts, planes_rest, rest)
+    return [rest[a:b].tobytes() for a, b in planes_rest]
+
+
+def decode_events(buf: np.ndarray, want: np.ndarray) -> DecodedSpace:
+    """Lines, events and the stats `want` selects (want[plane, stat id] = column, -1 = skip)."""
+    counts = np.zeros(5, dtype=np.int64)
+    e2 = np.zeros((0, 4), np.int64)
+    e1 = np.zeros(0, np.int64)
+    _walk(buf, False, want, counts, e2, e2, np.zeros(0, np.int32), e1, e1, e1,
+          np.zeros((0, 5), np.int64), np.zeros(0, np.float64))
+    _check(int(counts[3]), int(counts[4]))
+    n_lines, n_events, n_stats = (int(c) for c in counts[:3])
+    out = DecodedSpace(
         buf=buf,
-        plane_rest=[rest[a:b].tobytes() for a, b in planes_rest],
-        lines_i=lines_i,
-        lines_s=lines_s,
-        events=events,
-        stats_i=stats_i,
-        stats_d=stats_d,
+        lines_i=np.zeros((n_lines, 4), dtype=np.int64),
+        lines_s=np.zeros((n_lines, 4), dtype=np.int64),
+        ev_line=np.zeros(n_events, dtype=np.int32),
+        ev_mid=np.zeros(n_events, dtype=np.int64),
+        ev_off=np.zeros(n_events, dtype=np.int64),
+        ev_dur=np.zeros(n_events, dtype=np.int64),
+        stats_i=np.zeros((n_stats, 5), dtype=np.int64),
+        stats_d=np.zeros(n_stats, dtype=np.float64),
     )
+    _walk(buf, True, want, counts, out.lines_i, out.lines_s, out.ev_line, out.ev_mid,
+          out.ev_off, out.ev_dur, out.stats_i, out.stats_d)
+    keep = out.stats_i[:, 1] >= 0  # stats whose id was found only after decoding
+    if not keep.all():
+        out.stats_i, out.stats_d = out.stats_i[keep], out.stats_d[keep]
+    return out
+
+
+def decode_xspace(data: bytes | np.ndarray) -> DecodedSpace:
+    """Everything, every stat kept with its metadata id as its column (tests, benchmarks)."""
+    from analyzers.ingest.xplane_schema import XPlane
+
+    buf = as_buffer(data)
+    rest = decode_plane_rest(buf)
+    planes = [XPlane.FromString(r) for r in rest]
+    width = max((k + 1 for p in planes for k in p.stat_metadata if 0 <= k < 1 << 20), default=1)
+    ids = np.arange(width, dtype=np.int64)
+    out = decode_events(buf, np.tile(ids, (max(len(planes), 1), 1)))
+    out.plane_rest = rest
+    return out
