@@ -62,7 +62,8 @@ class Context:
             ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64),
             t["start_ns"].to_numpy(np.int64), t["end_ns"].to_numpy(np.int64),
         )
-        out = ev.iloc[idx].reset_index(drop=True)
+        cols = ["plane", "line", "name", "op_type", "kind", "line_id"]
+        out = ev[cols].iloc[idx].reset_index(drop=True)
         out["step_idx"] = step
         out["start_ns"] = s
         out["end_ns"] = e

@@ -7,7 +7,7 @@ Columns
 - `op_type`: category — TF op type (`scope/op:Type` → `Type`), else the name
 - `kind`: category — what the event is, from generic TF/CUDA signals (KINDS below;
   docs/trace-signals.md lists the names behind each)
-- `start_ns`, `dur_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns`
+- `start_ns`, `dur_ns`, `end_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns`
   (kept in `df.attrs`), so sampler rows align by subtracting it
 - stat columns (STAT_COLUMNS): sparse int64 with -1 for "absent" (most events carry none of
   them, so a sparse column costs only its present values), or category for text stats
@@ -101,8 +101,19 @@ def op_type_of(name: str) -> str:
     return name
 
 
-def classify(name: str, op_type: str, plane: str, line: str) -> str:
-    device = is_device_plane(plane)
+# What classification may know of an event's thread: tf.data's threads, TF's other pools, or
+# anything else (Python, CUPTI, ...). Keeping it this coarse lets add_derived classify each
+# (name, plane kind, line class) once instead of each event.
+LINE_CLASSES = ("tf_data", "tf_pool", "other")
+
+
+def line_class(line: str) -> str:
+    if line.startswith("tf_data"):
+        return "tf_data"
+    return "tf_pool" if line.startswith("tf_") else "other"
+
+
+def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
     if device:
         if _H2D.match(name):
             return "h2d"
@@ -115,7 +126,7 @@ def classify(name: str, op_type: str, plane: str, line: str) -> str:
         return "device_compute"
     if _CONSUMER_WAIT.match(name):
         return "input_wait"
-    if line.startswith("tf_data"):
+    if line_cls == "tf_data":
         return "input_work"
     if _H2D.match(name):
         return "h2d"
@@ -131,7 +142,7 @@ def classify(name: str, op_type: str, plane: str, line: str) -> str:
         return "convert"
     if _FRAMEWORK.match(name):
         return "framework"
-    if op_type != name or (line.startswith("tf_") and "::" not in name):
+    if op_type != name or (line_cls == "tf_pool" and "::" not in name):
         return "host_op"
     return "other"
 
@@ -202,6 +213,7 @@ def build_events(
             "name": _categorical(codes, uniq),
             "start_ns": np.asarray(start_ns, dtype=np.int64),
             "dur_ns": np.asarray(dur_ns, dtype=np.int64),
+            "end_ns": np.asarray(start_ns, dtype=np.int64) + np.asarray(dur_ns, dtype=np.int64),
         }
     )
     n = len(df)
@@ -219,7 +231,8 @@ def build_events(
                     cats = list(uniq)
             df[col] = _categorical(codes, cats)
         else:
-            dense = values if values is not None else np.full(n, -1, dtype=np.int64)
+            # Absent stats: a broadcast view, so no n-row array is ever allocated for them.
+            dense = values if values is not None else np.broadcast_to(np.int64(-1), (n,))
             df[col] = pd.arrays.SparseArray(np.asarray(dense, dtype=np.int64), fill_value=-1)
     return add_derived(df)
 
@@ -244,20 +257,26 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     name_codes = df["name"].cat.codes.to_numpy()
     df["op_type"] = _categorical(np.where(name_codes >= 0, op_inv[np.maximum(name_codes, 0)], -1),
                                  list(op_uniq))
-    name_c = df["name"].cat.codes.to_numpy().astype(np.int64)
-    plane_c = df["plane"].cat.codes.to_numpy().astype(np.int64)
-    line_c = df["line"].cat.codes.to_numpy().astype(np.int64)
-    n_plane, n_line = len(df["plane"].cat.categories), len(df["line"].cat.categories)
-    key_codes = (name_c * max(n_plane, 1) + plane_c) * max(n_line, 1) + line_c
-    uniq, first, inv = np.unique(key_codes, return_index=True, return_inverse=True)
-    planes = df["plane"].cat.categories
-    lines = df["line"].cat.categories
-    kinds = np.array(
-        [classify(str(names[name_c[i]]), str(op_types[name_c[i]]), str(planes[plane_c[i]]),
-                  str(lines[line_c[i]])) for i in first],
-        dtype=object,
-    )
-    df["kind"] = pd.Categorical(kinds[inv], categories=KINDS)
+    # Key = name × plane kind × line class; classify each key present once (bincount, no sort).
+    n_cls = len(LINE_CLASSES)
+    plane_role = np.array([is_device_plane(str(p)) for p in df["plane"].cat.categories] + [False])
+    line_role = np.array([LINE_CLASSES.index(line_class(str(x)))
+                          for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int64)
+    ctx = (plane_role[df["plane"].cat.codes.to_numpy()].astype(np.int64) * n_cls
+           + line_role[df["line"].cat.codes.to_numpy()])
+    n_names = len(names) + 1  # the last slot: events without a known name
+    name_c = np.where(name_codes >= 0, name_codes, n_names - 1).astype(np.int64)
+    key = name_c * (2 * n_cls) + ctx
+    present = np.flatnonzero(np.bincount(key, minlength=n_names * 2 * n_cls))
+    table = np.full(n_names * 2 * n_cls, KINDS.index("other"), dtype=np.int8)
+    all_names = [*map(str, names), "<unknown>"]
+    all_ops = [*map(str, op_types), "<unknown>"]
+    for k in present:
+        ni, c = divmod(int(k), 2 * n_cls)
+        device, cls = divmod(c, n_cls)
+        table[k] = KINDS.index(classify(all_names[ni], all_ops[ni], bool(device),
+                                        LINE_CLASSES[cls]))
+    df["kind"] = _categorical(table[key], list(KINDS))
     return df
 
 

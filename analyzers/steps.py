@@ -131,16 +131,24 @@ def clip_to_steps(starts: np.ndarray, ends: np.ndarray, w_start: np.ndarray,
     return idx[keep], step[keep], s[keep], e[keep]
 
 
-def union_per_step(step: np.ndarray, s: np.ndarray, e: np.ndarray, n_steps: int) -> np.ndarray:
-    """Covered length per step of a set of intervals that never cross a step boundary."""
+def merge_intervals(step: np.ndarray, s: np.ndarray, e: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint, sorted union of intervals that never cross a step boundary (steps are disjoint
+    and time-ordered, so sorting by start keeps each step's intervals together)."""
     if not len(s):
-        return np.zeros(n_steps, dtype=np.int64)
+        return step, s, e
     order = np.argsort(s, kind="stable")
     s, e, step = s[order], e[order], step[order]
     reach = np.maximum.accumulate(e)
-    prev = np.concatenate(([np.iinfo(np.int64).min], reach[:-1]))
-    contrib = np.clip(e - np.maximum(s, prev), 0, None)
-    return np.bincount(step, weights=contrib, minlength=n_steps).astype(np.int64)
+    first = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(s) - 1]))
+    return step[first], s[first], reach[last]
+
+
+def union_per_step(step: np.ndarray, s: np.ndarray, e: np.ndarray, n_steps: int) -> np.ndarray:
+    """Covered length per step of a set of intervals that never cross a step boundary."""
+    step, s, e = merge_intervals(step, s, e)
+    return np.bincount(step, weights=e - s, minlength=n_steps).astype(np.int64)
 
 
 def step_breakdown(events: pd.DataFrame) -> Steps:
@@ -155,16 +163,21 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     cover_prev = np.zeros(n, dtype=np.int64)
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
-    acc_step, acc_s, acc_e = [], [], []
+    # Union of the categories so far, kept merged: each category's intervals are sorted once and
+    # the running union stays small.
+    acc_step = np.zeros(0, dtype=np.int64)
+    acc_s = acc_e = np.zeros(0, dtype=np.int64)
+    kind_codes = events["kind"].cat.codes.to_numpy()
+    kinds = list(events["kind"].cat.categories)
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     for cat, feeding in CATEGORIES.items():
-        sel = events["kind"].isin(feeding).to_numpy()
-        _, st, s, e = clip_to_steps(events["start_ns"].to_numpy()[sel],
-                                 events["end_ns"].to_numpy()[sel], w_start, w_end)
-        acc_step.append(st)
-        acc_s.append(s)
-        acc_e.append(e)
-        cover = union_per_step(np.concatenate(acc_step), np.concatenate(acc_s),
-                               np.concatenate(acc_e), n)
+        sel = np.isin(kind_codes, [kinds.index(k) for k in feeding if k in kinds])
+        _, st, s, e = clip_to_steps(starts[sel], ends[sel], w_start, w_end)
+        st, s, e = merge_intervals(st, s, e)
+        acc_step, acc_s, acc_e = merge_intervals(np.concatenate((acc_step, st)),
+                                                 np.concatenate((acc_s, s)),
+                                                 np.concatenate((acc_e, e)))
+        cover = np.bincount(acc_step, weights=acc_e - acc_s, minlength=n).astype(np.int64)
         out[cat] = cover - cover_prev
         cover_prev = cover
     out[IDLE] = out["dur_ns"] - cover_prev

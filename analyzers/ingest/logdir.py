@@ -103,7 +103,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     frames = []
     for events, t_host in parts:
         if t_host and t0:
-            events = events.assign(start_ns=events["start_ns"] + (t_host - t0))
+            events = events.assign(start_ns=events["start_ns"] + (t_host - t0),
+                                   end_ns=events["end_ns"] + (t_host - t0))
         frames.append(events)
     events = _concat(frames)
     events.attrs["t0_unix_ns"] = t0
