@@ -64,7 +64,7 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
     dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
     t0_us = ts.min()
     args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
-    cats = ev["cat"].fillna("").astype(str)
+    cats = ev["cat"].astype(object).where(ev["cat"].notna(), "").astype(str)
     planes = []
     for pid, cat, a in zip(ev["pid"], cats, args, strict=True):
         pname = proc_names.get(pid, str(pid))
@@ -81,7 +81,9 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
     uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
     stats: dict[str, np.ndarray] = {}
     aliases = {alias: col for col, al in STAT_COLUMNS.items() for alias in al}
-    aliases.update({"External id": "correlation_id", "correlation": "correlation_id",
+    # PyTorch: `correlation` links a kernel to its launch; `External id` links CPU ops to each
+    # other and would overwrite it, so it is not read.
+    aliases.update({"correlation": "correlation_id",
                     "Bytes": "bytes", "bytes": "bytes", "device": "device_id"})
     for i, a in enumerate(args):
         for key, value in a.items():

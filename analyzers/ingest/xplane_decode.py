@@ -26,6 +26,7 @@ _ERRORS = {
     2: "length runs past the end of its message",
     3: "unsupported wire type",
     4: "fixed-width field runs past the end",
+    5: "field number 0",
 }
 
 
@@ -83,6 +84,8 @@ def _walk_rest(buf, fill, counts, planes_rest, rest):
     pos = 0
     while pos < end_all:
         tag, pos, err = _varint(buf, pos, end_all)
+        if err == 0 and tag >> 3 == 0:
+            err = 5
         if err:
             counts[2] = err
             counts[3] = pos
