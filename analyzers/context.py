@@ -58,7 +58,7 @@ class Context:
         appears twice, each part with its clipped times)."""
         ev = self.events
         t = self.steps.table
-        idx, step, s, e = clip_to_steps(
+        idx, step, s, e = self.steps.clipped or clip_to_steps(
             ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64),
             t["start_ns"].to_numpy(np.int64), t["end_ns"].to_numpy(np.int64),
         )

@@ -45,6 +45,9 @@ _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
     source: str  # "markers:<name>", "function:<name>" or "none"
+    # Events clipped to the steps (event row, step index, start, end): computed once, shared
+    # with the detectors' in-step view.
+    clipped: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def found(self) -> bool:
@@ -167,13 +170,14 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     # the running union stays small.
     acc_step = np.zeros(0, dtype=np.int64)
     acc_s = acc_e = np.zeros(0, dtype=np.int64)
-    kind_codes = events["kind"].cat.codes.to_numpy()
+    clipped = clip_to_steps(events["start_ns"].to_numpy(), events["end_ns"].to_numpy(),
+                            w_start, w_end)
+    idx, c_step, c_s, c_e = clipped
+    kind_codes = events["kind"].cat.codes.to_numpy()[idx]
     kinds = list(events["kind"].cat.categories)
-    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     for cat, feeding in CATEGORIES.items():
         sel = np.isin(kind_codes, [kinds.index(k) for k in feeding if k in kinds])
-        _, st, s, e = clip_to_steps(starts[sel], ends[sel], w_start, w_end)
-        st, s, e = merge_intervals(st, s, e)
+        st, s, e = merge_intervals(c_step[sel], c_s[sel], c_e[sel])
         acc_step, acc_s, acc_e = merge_intervals(np.concatenate((acc_step, st)),
                                                  np.concatenate((acc_s, s)),
                                                  np.concatenate((acc_e, e)))
@@ -181,4 +185,4 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         out[cat] = cover - cover_prev
         cover_prev = cover
     out[IDLE] = out["dur_ns"] - cover_prev
-    return Steps(out[cols].astype(np.int64), source)
+    return Steps(out[cols].astype(np.int64), source, clipped)

@@ -94,9 +94,16 @@ def read_xplane(path: Path, host: str) -> XSpaceTable:
         ids.sort()
         meta = [p.event_metadata[int(i)] for i in ids]
         mids = space.ev_mid[sel]
-        pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
-        known = ids[pos] == mids
-        codes[sel[known]] = pos[known] + len(names)
+        if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
+            # TF's ids are small and dense: a lookup table beats a binary search per event.
+            lut = np.full(int(ids[-1]) + 1, -1, dtype=np.int64)
+            lut[ids] = np.arange(len(ids)) + len(names)
+            inside = (mids >= 0) & (mids <= ids[-1])
+            codes[sel[inside]] = lut[mids[inside]]
+        else:
+            pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
+            known = ids[pos] == mids
+            codes[sel[known]] = pos[known] + len(names)
         names.extend(m.name or m.display_name for m in meta)
 
     return XSpaceTable(
