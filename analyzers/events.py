@@ -214,7 +214,8 @@ def build_events(
             "start_ns": np.asarray(start_ns, dtype=np.int64),
             "dur_ns": np.asarray(dur_ns, dtype=np.int64),
             "end_ns": np.asarray(start_ns, dtype=np.int64) + np.asarray(dur_ns, dtype=np.int64),
-        }
+        },
+        copy=False,  # the arrays are fresh: consolidating them would copy every column
     )
     n = len(df)
     for col in STAT_COLUMNS:
