@@ -95,6 +95,8 @@ def is_device_plane(plane: str) -> bool:
 
 def op_type_of(name: str) -> str:
     """TF host op events are `scope/op_name:OpType`; anything else is its own type."""
+    if "::" in name:  # C++ scopes (Iterator::Root::..., ExecutorState::Process) are not ops
+        return name
     head, sep, tail = name.rpartition(":")
     if sep and head and tail and " " not in tail and "/" not in tail and not tail.isdigit():
         return tail

@@ -92,7 +92,7 @@ def detect(ctx: Context) -> Finding | None:
     which = ", ".join(c.replace("_", " ") for c in causes) or "CPU-bound producers"
     return Finding(
         id=ID,
-        title=f"Input pipeline is CPU-bound ({which})",
+        title=f"The input pipeline holds up training ({which})",
         step_fraction=max(exposed, contention),
         speedup=speedup_from_saving(saved),
         evidence=[e for e in evidence if e],
