@@ -26,6 +26,10 @@ MIN_WAIT = 0.02
 # Contention counts only when the cores are actually saturated and producers hold a real share.
 SATURATED = 0.75
 MIN_INPUT_CPU_SHARE = 0.08
+MIN_TRACE_INPUT_SHARE = 0.3
+# Share of the producers' CPU that turns into faster steps once it is freed: on the 2-core
+# machine, gzip -> none freed 30% of the CPU and the step got 1.19x faster (bench/diagnosis.py).
+CONTENTION_CONVERSION = 0.5
 LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
 
 _FIXES = {
@@ -50,30 +54,43 @@ def detect(ctx: Context) -> Finding | None:
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
     causes = structural_causes(ctx, pipe)
     exposed = wait if wait >= MIN_WAIT and (cpu_bound or causes) else 0.0
+    # Contention needs two witnesses: the trace shows the producers doing a large share of the
+    # machine's work (reader stages + map ops per step, over CPUs x step time), and the sampler
+    # shows the CPUs saturated. The sampler's per-thread CPU gives the share itself; matching OS
+    # threads to tf.data lines is uncertain, so the smaller of the two shares is used.
     contention = 0.0
+    n_cpus = ctx.n_cpus or (sampler.n_cpus if sampler else 1)
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    trace_share = ((pipe.reader_ms_per_step + pipe.input_op_ms_per_step) / (n_cpus * step_ms)
+                   if step_ms else 0.0)
     if (sampler is not None and not ctx.has_accelerator
             and sampler.cpu_utilization >= SATURATED
+            and trace_share >= MIN_TRACE_INPUT_SHARE
             and sampler.input_cpu_share >= MIN_INPUT_CPU_SHARE):
-        contention = sampler.input_cpu_share
+        contention = min(sampler.input_cpu_share, trace_share)
     if exposed == 0.0 and contention == 0.0:
         return None
     # CPU causes (parsing, decompression, no prefetch) go away with their fix: the wait is saved.
     # Parallelism alone spreads the same reads over LOW_PARALLELISM_FIX readers: it saves that
     # share of the wait. Of the rest, the producers' share of the saturated CPUs.
     if exposed and set(causes) <= {"low_parallelism"} and not cpu_bound:
-        exposed_saved = exposed * (1 - 1 / LOW_PARALLELISM_FIX)
+        # As io_stall: k times the readers, batches k times faster, bounded by compute.
+        exposed_saved = 1 - max(1 - exposed, 1 / LOW_PARALLELISM_FIX)
     else:
         exposed_saved = exposed
-    saved = exposed_saved + (1.0 - exposed) * contention
-    step_ms = ctx.steps.median_step_ns() / 1e6
+    saved = exposed_saved + (1.0 - exposed) * contention * CONTENTION_CONVERSION
     evidence = []
     if exposed:
         evidence.append(f"{wait:.0%} of step time the training thread waits for the next batch "
                         f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)")
     if contention:
-        evidence.append(f"CPU contention: input threads used {sampler.input_cpu_share:.0%} of the "
-                        f"process's CPU time while the {sampler.n_cpus} CPUs were "
-                        f"{sampler.cpu_utilization:.0%} busy; the model's ops ran on what was left")
+        evidence.append(f"CPU contention: input producers hold {contention:.0%} of the CPU (trace: "
+                        f"reader stages + map ops = {trace_share:.0%} of {n_cpus} CPUs x step "
+                        f"time; sampler: {sampler.input_cpu_share:.0%} of the process's CPU) "
+                        f"while the CPUs were {sampler.cpu_utilization:.0%} busy; the model's "
+                        "ops ran on what was left")
+        evidence.append(f"estimate: {CONTENTION_CONVERSION:.0%} of the freed CPU becomes step "
+                        "time (calibrated on the gzip preset, docs/trace-signals.md)")
     evidence.extend(causes.values())
     evidence.append(cpu_note)
     changes: dict = {}

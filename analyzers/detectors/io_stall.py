@@ -21,8 +21,10 @@ from analyzers.signals.os_sampler import summarize
 
 ID = "io_stall"
 MIN_WAIT = 0.02
-# The remedy doubles the reads in flight. With the CPU idle, storage latency overlaps across
-# readers, so the wait roughly halves; faster storage could remove all of it (also reported).
+# The remedy doubles the reads in flight. Input-bound, a step lasts as long as producing one
+# batch; with the CPU idle, storage latency overlaps across readers, so k times the readers make
+# the batch k times faster, until the step's own compute (1 - wait) is the limit:
+# speedup = 1 / max(1 - wait, 1 / k). io_stall preset: wait 60%, k = 2 -> 2.0x; measured 1.97x.
 READ_PARALLELISM_GAIN = 2.0
 
 
@@ -45,10 +47,11 @@ def detect(ctx: Context) -> Finding | None:
         f"reader stages spend {pipe.reader_ms_per_step:.1f} ms per step; map-function ops only "
         f"{pipe.input_op_ms_per_step:.1f} ms",
     ]
-    saved = wait * (1 - 1 / READ_PARALLELISM_GAIN)
-    evidence.append(f"estimate: {READ_PARALLELISM_GAIN:.0f}x the reads in flight halves the wait "
-                    f"({speedup_from_saving(saved):.2f}x); storage fast enough to remove it "
-                    f"would give {speedup_from_saving(wait):.2f}x")
+    saved = 1 - max(1 - wait, 1 / READ_PARALLELISM_GAIN)
+    evidence.append(f"estimate: {READ_PARALLELISM_GAIN:.0f}x the reads in flight produce batches "
+                    f"{READ_PARALLELISM_GAIN:.0f}x faster ({speedup_from_saving(saved):.2f}x, "
+                    f"bounded by the step's compute); removing the wait entirely would give "
+                    f"{speedup_from_saving(wait):.2f}x")
     changes: dict = {}
     if ctx.config:
         cycle = int(ctx.config.get("cycle_length", 4)) * int(READ_PARALLELISM_GAIN)

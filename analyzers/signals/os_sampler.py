@@ -23,6 +23,7 @@ INPUT_PREFIXES = ("tf_data",)
 
 
 MIN_AGREEMENT = 0.3  # phi correlation of "thread running" and "line busy" over the samples
+MIN_MARGIN = 0.15  # over the best line of any other role
 _BLOCKING = ("BlockUntilReady",)
 
 
@@ -65,17 +66,22 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
     for tid, g in th.groupby("tid"):
         t = g["t_ns"].to_numpy()
         running = (g["state"].astype(str) == "R").to_numpy()
-        best, best_line = 0.0, None
+        # Best agreement per role; every thread follows the step's rhythm a little, so a role
+        # is given only when it beats every other role by MIN_MARGIN.
+        best: dict[str, float] = {}
         if running.sum() >= 2:
             for line, (starts, reach) in busy.items():
                 i = np.searchsorted(starts, t, side="right") - 1
                 on = (i >= 0) & (reach[np.maximum(i, 0)] > t)
-                score = _phi(running, on)
-                if score > best:
-                    best, best_line = score, line
+                role = _line_role(line, ctx.main_line)
+                best[role] = max(best.get(role, -1.0), _phi(running, on))
+        ranked = sorted(best.items(), key=lambda kv: -kv[1])
         pid = int(g["pid"].iloc[0]) if "pid" in g else -1
-        if best_line is not None and best >= MIN_AGREEMENT:
-            roles[int(tid)] = _line_role(best_line, ctx.main_line)
+        if ranked and ranked[0][1] >= MIN_AGREEMENT and (
+                len(ranked) == 1 or ranked[0][1] - ranked[1][1] >= MIN_MARGIN):
+            roles[int(tid)] = ranked[0][0]
+        elif ranked and ranked[0][1] >= MIN_AGREEMENT:
+            roles[int(tid)] = "unknown"
         else:
             roles[int(tid)] = _name_role(str(g["name"].iloc[0]), int(tid), pid)
     return roles
