@@ -15,13 +15,11 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
-from analyzers.ingest.xplane_decode import (
-    XPlaneDecodeError,
-    as_buffer,
-    decode_events,
-    decode_plane_rest,
-)
-from analyzers.ingest.xplane_schema import XPlane
+from analyzers.ingest.xplane_arrays import XPlaneDecodeError, as_buffer
+from analyzers.ingest.xplane_schema import XPlane, XSpace
+
+# Below this size protobuf decodes faster than numba can be imported and loaded.
+SMALL_FILE_BYTES = 4 << 20
 
 TASK_ENV_PLANE = "Task Environment"
 
@@ -45,15 +43,26 @@ def _stat_value(stat, names: dict[int, str]) -> object:
     return names.get(value, str(value)) if kind == "ref_value" else value
 
 
-def read_xplane(path: Path, host: str) -> XSpaceTable:
+def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:
+    """`decoder`: "small" (protobuf), "compiled" (numba) or "auto" (by file size)."""
     data = Path(path).read_bytes()
     if not data:
         raise ValueError(f"{path}: empty xplane file")
     buf = as_buffer(data)
     try:
-        planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
-        want, columns = _wanted_stats(planes)
-        space = decode_events(buf, want)
+        if decoder == "small" or (decoder == "auto" and len(data) < SMALL_FILE_BYTES):
+            from analyzers.ingest.xplane_small import decode_small
+
+            whole = XSpace.FromString(data)
+            planes = list(whole.planes)
+            want, columns = _wanted_stats(planes)
+            space = decode_small(whole, want)
+        else:
+            from analyzers.ingest.xplane_decode import decode_events, decode_plane_rest
+
+            planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
+            want, columns = _wanted_stats(planes)
+            space = decode_events(buf, want)
     except XPlaneDecodeError as e:
         raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # protobuf raises its own DecodeError on a corrupt plane

@@ -15,10 +15,10 @@ uint64=3 int64=4 str=5 bytes=6 ref=7 (see xplane_schema.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 from numba import njit
+
+from analyzers.ingest.xplane_arrays import DecodedSpace, XPlaneDecodeError, as_buffer
 
 # Error codes returned by the compiled functions (0 = ok); the byte offset travels beside them.
 _ERRORS = {
@@ -329,52 +329,10 @@ def _walk(buf, fill, want, counts, lines_i, lines_s, ev_line, ev_mid, ev_off, ev
     counts[2] = n_stats
 
 
-@dataclass
-class DecodedSpace:
-    """Flat arrays for one XSpace file; row indices link event -> line -> plane, stat -> event.
-
-    lines_i columns: plane, id, timestamp_ns, duration_ps; lines_s: name (start, len),
-    display_name (start, len) as byte ranges into `buf`. Events: ev_line, ev_mid (metadata id),
-    ev_off (offset_ps), ev_dur (duration_ps). stats_i columns (wanted stats only): event, output
-    column, kind (field number of the value: 2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref),
-    value (ints and refs; byte start for str/bytes), byte length; stats_d the doubles.
-    """
-
-    buf: np.ndarray
-    lines_i: np.ndarray
-    lines_s: np.ndarray
-    ev_line: np.ndarray
-    ev_mid: np.ndarray
-    ev_off: np.ndarray
-    ev_dur: np.ndarray
-    stats_i: np.ndarray
-    stats_d: np.ndarray
-    plane_rest: list[bytes] = field(default_factory=list)
-
-    @property
-    def events(self) -> np.ndarray:
-        """One row per event: line, metadata id, offset_ps, duration_ps, 0, 0 (the layout of
-        XEvent's field numbers; num_occurrences is not decoded)."""
-        z = np.zeros(len(self.ev_line), dtype=np.int64)
-        return np.stack([self.ev_line.astype(np.int64), self.ev_mid, self.ev_off, self.ev_dur,
-                         z, z], axis=1)
-
-    def text(self, start: int, length: int) -> str:
-        return self.buf[start : start + length].tobytes().decode("utf-8", "replace")
-
-
-class XPlaneDecodeError(ValueError):
-    pass
-
-
 def _check(code: int, offset: int) -> None:
     if code:
         raise XPlaneDecodeError(
             f"not a valid xplane: {_ERRORS.get(code, 'corrupt')} at byte {offset}")
-
-
-def as_buffer(data: bytes | np.ndarray) -> np.ndarray:
-    return np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes | bytearray) else data
 
 
 def decode_plane_rest(buf: np.ndarray) -> list[bytes]:

@@ -1,0 +1,51 @@
+"""The flat arrays an xplane decodes into, shared by the compiled decoder (large files) and the
+protobuf one (small files, where importing and loading the compiled code would cost more than
+decoding). No numba import here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class DecodedSpace:
+    """Flat arrays for one XSpace file; row indices link event -> line -> plane, stat -> event.
+
+    lines_i columns: plane, id, timestamp_ns, duration_ps; lines_s: name (start, len),
+    display_name (start, len) as byte ranges into `buf`. Events: ev_line, ev_mid (metadata id),
+    ev_off (offset_ps), ev_dur (duration_ps). stats_i columns (wanted stats only): event, output
+    column, kind (field number of the value: 2 double, 3 uint64, 4 int64, 5 str, 6 bytes, 7 ref),
+    value (ints and refs; byte start for str/bytes), byte length; stats_d the doubles.
+    """
+
+    buf: np.ndarray
+    lines_i: np.ndarray
+    lines_s: np.ndarray
+    ev_line: np.ndarray
+    ev_mid: np.ndarray
+    ev_off: np.ndarray
+    ev_dur: np.ndarray
+    stats_i: np.ndarray
+    stats_d: np.ndarray
+    plane_rest: list[bytes] = field(default_factory=list)
+
+    @property
+    def events(self) -> np.ndarray:
+        """One row per event: line, metadata id, offset_ps, duration_ps, 0, 0 (the layout of
+        XEvent's field numbers; num_occurrences is not decoded)."""
+        z = np.zeros(len(self.ev_line), dtype=np.int64)
+        return np.stack([self.ev_line.astype(np.int64), self.ev_mid, self.ev_off, self.ev_dur,
+                         z, z], axis=1)
+
+    def text(self, start: int, length: int) -> str:
+        return self.buf[start : start + length].tobytes().decode("utf-8", "replace")
+
+
+class XPlaneDecodeError(ValueError):
+    pass
+
+
+def as_buffer(data: bytes | np.ndarray) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes | bytearray) else data
