@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_mask, is_device_plane, stat
+from analyzers.events import cat_map, cat_mask, is_device_plane, stat
 
 # Breakdown categories, highest priority first, with the event kinds feeding each.
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -38,6 +38,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
+_COUNTER = re.compile(r"#\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 
 
@@ -78,11 +79,14 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                                root=stat(events, "root")[host.to_numpy() & has_step])
         if (marked["root"] > 0).any():
             marked = marked[marked["root"] > 0]
-        per_name = marked.groupby("name", observed=True).agg(
+        # One marker family per name, with a step counter in the name folded (ProfilerStep#3).
+        family = cat_map(marked["name"], lambda n: _COUNTER.sub("#N", n))
+        marked = marked.assign(family=family)
+        per_name = marked.groupby("family").agg(
             steps=("step_num", "nunique"), total=("dur_ns", "sum")
         )
         best = per_name.sort_values(["steps", "total"], ascending=False).index[0]
-        m = marked[marked["name"] == best]
+        m = marked[marked["family"] == best]
         w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:

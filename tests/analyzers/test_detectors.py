@@ -241,3 +241,32 @@ def test_scaling_efficiency_from_runs_at_several_device_counts(tmp_path):
     pts = scaling_points(tmp_path / "plugins" / "profile" / "r3")
     assert [(p.devices, round(p.efficiency, 2)) for p in pts] == [(2, 1.0), (4, 0.8), (8, 0.3)]
     assert scaling_points(tmp_path / "nowhere" / "r") == []
+
+
+def test_pytorch_chrome_trace_is_diagnosed_like_an_xplane(tmp_path):
+    """Same detectors on a PyTorch-profiler trace: ProfilerStep markers, GPU kernels, NCCL."""
+    import json
+
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
+    for step in range(4):
+        t0 = step * 100_000  # µs
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": 1, "tid": 1, "ts": t0, "dur": 99_000})
+        for d in range(2):
+            events.append({"ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f32f32",
+                           "pid": d, "tid": 7, "ts": t0 + 1_000, "dur": 60_000,
+                           "args": {"device": d, "correlation": step * 10 + d}})
+            events.append({"ph": "X", "cat": "kernel",
+                           "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                           "pid": d, "tid": 20, "ts": t0 + 61_000, "dur": 30_000,
+                           "args": {"device": d}})
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                           "pid": 1, "tid": 1, "ts": t0 + 500, "dur": 10,
+                           "args": {"correlation": step * 10 + d}})
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    report = analyze(path)
+    assert (report.ctx.steps.source, report.ctx.n_steps) == ("markers:ProfilerStep#N", 4)
+    assert report.ctx.has_accelerator and report.ctx.n_devices == 2
+    f = by_id(report)["collective_overhead"]
+    assert f.step_fraction == pytest.approx(0.3, abs=0.03) and f.severity == "high"

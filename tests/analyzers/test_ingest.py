@@ -610,7 +610,7 @@ def test_read_pytorch_chrome_trace_and_gzip(tmp_path):
     m = df.loc["Memcpy HtoD (Pageable -> Device)"]
     assert (m["plane"], m["kind"], m["start_ns"]) == ("/device:GPU:0", "h2d", 200_000)
     steps = step_breakdown(events)
-    assert steps.source == "markers:ProfilerStep#3" and len(steps.table) == 1
+    assert steps.source == "markers:ProfilerStep#N" and len(steps.table) == 1
 
 
 def test_pytorch_memcpy_bytes(tmp_path):
