@@ -177,6 +177,7 @@ def run_training(
                 "end_unix_ns": win.end_ns,
                 "first_step": first,
                 "last_step": first + cfg.profile_steps - 1,
+                "sampler": win.sampler_info,
             }
     auc = evaluate_auc(model, manifest, cfg) if evaluate else None
     samples_per_s = cfg.batch_size * cfg.measure_steps / measure_s if cfg.measure_steps else None
