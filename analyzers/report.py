@@ -122,8 +122,9 @@ def render_text(report: Report, markdown: bool = False) -> str:
                    "train-function calls; nothing to analyze per step")
         out.extend(f"warning: {w}" for w in d["warnings"])
         return "\n".join(out) + "\n"
-    sps = f", {d['samples_per_s']:,.0f} samples/s (outside the profiler)" if d[
-        "samples_per_s"] else ""
+    where = ("in the profiled window" if (report.run.metadata or {}).get("tool")
+             == "recadvisor.capture" else "outside the profiler")
+    sps = f", {d['samples_per_s']:,.0f} samples/s ({where})" if d["samples_per_s"] else ""
     out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms{sps}")
     out.append(f"step breakdown: {_breakdown_line(d['breakdown'])}")
     out.append("")
