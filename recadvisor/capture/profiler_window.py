@@ -141,11 +141,12 @@ class ProfileWindow:
 
         assert self._sampler is not None and self._sampler_tmp is not None
         result = self._sampler.stop()
+        why = self._sampler.error
         self._sampler = None
         src = sampler_paths(self._sampler_tmp, "sampler")
         if result is None or not all(p.exists() for p in src):
-            self._warn("the OS sampler wrote no files")
-            self.sampler_info = {"error": "the sampler wrote no files"}
+            self._warn(f"the OS sampler wrote no files ({why})")
+            self.sampler_info = {"error": f"the sampler wrote no files ({why})"}
         else:
             dst = sampler_paths(run_dir, host_prefix(run_dir))
             for s, d in zip(src, dst, strict=True):

@@ -445,6 +445,7 @@ class SamplerProcess:
         ]
         self.proc: subprocess.Popen | None = None
         self.result: dict[str, Any] | None = None
+        self.error: str | None = None  # why stop() returned None
 
     def start(self, timeout: float = 60.0) -> SamplerProcess:
         self.proc = subprocess.Popen(
@@ -472,7 +473,11 @@ class SamplerProcess:
             self.proc.kill()
             out, _ = self.proc.communicate()
         lines = [x for x in (out or "").splitlines() if x.startswith("{")]
-        self.result = json.loads(lines[-1]) if lines else None
+        summaries = [json.loads(x) for x in lines if "samples" in x]
+        self.result = summaries[-1] if summaries else None
+        if self.result is None:
+            self.error = (f"the sampler process wrote no summary (exit {self.proc.returncode}, "
+                          f"stdout {out!r:.200})")
         return self.result
 
 
@@ -513,7 +518,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sampler: error: process {args.pid} exited", file=sys.stderr)
         return 2
     print(json.dumps({"ready": True, "pid": args.pid}), flush=True)
-    sampler.run(stop)
+    # The sweeps run on a worker thread: a signal handler runs on the main thread, and calling
+    # `stop.set()` there while the main thread itself sat inside `stop.wait()` (holding the
+    # Event's internal lock) deadlocked the process now and then. The main thread only joins.
+    worker = threading.Thread(target=sampler.run, args=(stop,), name="sampler", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
     sampler.close()
     sampler.write(args.threads_out, args.process_out)
     t = os.times()

@@ -258,6 +258,7 @@ def test_sampler_process_writes_on_stop_and_on_sigint(target, tmp_path):
     sp = SamplerProcess(p.pid, *paths, hz=50).start()
     time.sleep(0.5)
     result = sp.stop()
+    assert result is not None, sp.error
     assert result["samples"] >= 20 and result["pid"] == p.pid and result["cpu_s"] > 0
     assert all(x.exists() for x in paths)
     # Ctrl-C (SIGINT) also flushes what was sampled.
