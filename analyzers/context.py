@@ -111,8 +111,3 @@ class Context:
         cfg = (self.run.metadata or {}).get("config")
         return cfg if isinstance(cfg, dict) else None
 
-    def per_step(self, total_ns: float) -> float:
-        return total_ns / max(self.n_steps, 1)
-
-    def ms(self, ns: float) -> float:
-        return round(ns / 1e6, 3)

@@ -152,6 +152,12 @@ def merge_intervals(step: np.ndarray, s: np.ndarray, e: np.ndarray
     return step[first], s[first], reach[last]
 
 
+def covered_ns(s: np.ndarray, e: np.ndarray) -> int:
+    """Time covered by at least one of the intervals."""
+    _, ms, me = merge_intervals(np.zeros(len(s), dtype=np.int64), np.asarray(s), np.asarray(e))
+    return int((me - ms).sum())
+
+
 def union_per_step(step: np.ndarray, s: np.ndarray, e: np.ndarray, n_steps: int) -> np.ndarray:
     """Covered length per step of a set of intervals that never cross a step boundary."""
     step, s, e = merge_intervals(step, s, e)

@@ -42,8 +42,6 @@ _FIXES = {
                         "read files with interleave(cycle_length>1, num_parallel_calls=AUTOTUNE) "
                         "and map with num_parallel_calls=AUTOTUNE"),
     "no_prefetch": ({"prefetch": 2}, "end the pipeline with .prefetch(AUTOTUNE)"),
-    "casting": ({"cast": "pipeline"}, "write features in the dtype the model uses, or cast once "
-                "in a batched map"),
 }
 
 

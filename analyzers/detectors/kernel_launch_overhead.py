@@ -26,9 +26,10 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.has_accelerator:
         ops = ev[ev["kind"] == "device_compute"]
         limit_us = MAX_KERNEL_US
-        overhead = ctx.fractions.get("launch", 0.0) + ctx.fractions.get("python_other", 0.0) * 0
+        # Launch and framework time can only cost what the device sits idle.
         idle = 1.0 - ctx.fractions.get("device_compute", 0.0)
-        overhead = min(max(overhead, 0.0) + ctx.fractions.get("framework", 0.0), idle)
+        overhead = min(ctx.fractions.get("launch", 0.0) + ctx.fractions.get("framework", 0.0),
+                       idle)
         what = "kernels"
     else:
         ops = ev[ev["kind"] == "host_op"]

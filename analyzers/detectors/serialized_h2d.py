@@ -10,12 +10,11 @@ only the serialized issuing, not the copy work: the estimate says so.
 
 from __future__ import annotations
 
-import numpy as np
-
 from analyzers.context import Context
 from analyzers.events import cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import top_events
+from analyzers.steps import covered_ns
 
 ID = "serialized_h2d"
 OVERLAP_SERIAL = 1.15  # sum/union of per-device copy time at or below this: no real overlap
@@ -23,25 +22,14 @@ _HOST_COPY_NAMES = ("EagerCopyToDevice", "EagerLocalExecute: _EagerConst",
                     "EagerLocalExecute: DeepCopy", "tf.constant")
 
 
-def _union(s: np.ndarray, e: np.ndarray) -> float:
-    if not len(s):
-        return 0.0
-    o = np.argsort(s)
-    s, e = s[o], e[o]
-    reach = np.maximum.accumulate(e)
-    prev = np.concatenate(([s[0]], reach[:-1]))
-    return float(np.clip(e - np.maximum(s, prev), 0, None).sum())
-
-
 def _gpu(ctx: Context) -> Finding | None:
     ev = ctx.in_steps
     h2d = ev[(ev["kind"] == "h2d") & ev["plane"].isin(ctx.device_planes)]
     if h2d.empty or h2d["plane"].nunique() < 2:
         return None
-    total = union = 0.0
-    for _, g in h2d.groupby("step_idx"):
-        total += float(g["dur_ns"].sum())
-        union += _union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    # In-step intervals never cross a step boundary: one union over all steps is their sum.
+    total = float(h2d["dur_ns"].sum())
+    union = covered_ns(h2d["start_ns"].to_numpy(), h2d["end_ns"].to_numpy())
     ratio = total / union if union else 1.0
     if ratio > OVERLAP_SERIAL:
         return None
@@ -80,8 +68,7 @@ def _host(ctx: Context) -> Finding | None:
     consts = copies[copies["name"].isin(_HOST_COPY_NAMES[1:])]
     if n_dev < 2 or len(consts) / max(ctx.n_steps, 1) < n_dev:
         return None
-    covered = sum(_union(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-                  for _, g in copies.groupby("step_idx"))
+    covered = covered_ns(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
     share = covered / ctx.total_step_ns if ctx.total_step_ns else 0.0
     # CPU-only: the copy work stays; only the serial issuing overlaps away.
     saved = share * (1 - 1 / n_dev)

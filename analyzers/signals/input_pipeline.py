@@ -17,6 +17,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import cat_map, cat_mask, present_values
+from analyzers.steps import covered_ns
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
@@ -45,13 +46,7 @@ class InputPipeline:
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
-    if not len(s):
-        return 0.0
-    order = np.argsort(s)
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    prev = np.concatenate(([s[0]], reach[:-1]))
-    union = np.clip(e - np.maximum(s, prev), 0, None).sum()
+    union = covered_ns(s, e) if len(s) else 0
     return float((e - s).sum() / union) if union > 0 else 0.0
 
 
