@@ -7,8 +7,9 @@ interleaved across repeats, medians:
 
 - `plain`: RECADVISOR_SAMPLER=0, so no sampler anywhere; gives the timed window (samples/s as the
   trainer reports it, no profiler) and the profiled window's throughput with the TF profiler alone.
-- `sampler`: as `plain`, plus `python -m recadvisor.capture.sampler` at 50 Hz run from outside
-  against the trainer's pid for its whole life (so over the timed window); no trainer change.
+- `sampler`: as `plain`, plus `python -m recadvisor.capture.sampler` (defaults: 50 Hz within a
+  1% CPU budget) run from outside against the trainer's pid for its whole life (so over the timed
+  window); no trainer change.
 - `window`: the default: the sampler runs over the profiled window (ProfileWindow's own).
 
 The profiled window's throughput is batch x profile steps / (window end - start), from the
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [
         ("timed window, no sampler", col("plain", "timed")),
-        ("timed window, sampler 50 Hz (separate process)", col("sampler", "timed")),
+        ("timed window, sampler (separate process)", col("sampler", "timed")),
         ("profiled window, TF profiler only", col("plain", "profiled")),
         ("profiled window, TF profiler + sampler", col("window", "profiled")),
     ]

@@ -41,6 +41,10 @@ from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 DEFAULT_HZ = 50.0
 MIN_HZ = 1.0
 MAX_HZ = 1000.0
+FLOOR_HZ = 20.0  # the CPU budget never slows the sampler below this
+# The sampler's own CPU, as a share of the whole machine (all cores): what it can take from a job
+# that keeps every core busy. The goal is <= 1% of the job's throughput.
+DEFAULT_CPU_BUDGET = 0.01
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_SIZE = 4096
@@ -128,11 +132,13 @@ class Sampler:
         clock=time.time_ns,
         compact_every: int = 250,
         relist_every: int = 10,
+        cpu_budget: float | None = DEFAULT_CPU_BUDGET,
     ) -> None:
         if not MIN_HZ <= hz <= MAX_HZ:
             raise ValueError(f"sampler rate {hz} Hz is outside {MIN_HZ:g}..{MAX_HZ:g}")
         self.pid = int(pid)
         self.hz = float(hz)
+        self.cpu_budget = cpu_budget
         self._clock = clock
         self._compact_every = compact_every
         self._relist_every = relist_every
@@ -250,24 +256,37 @@ class Sampler:
         self._raw.clear()
 
     def run(self, stop: threading.Event) -> None:
-        """Sweep every 1/hz s on a fixed grid (a late sweep skips the ticks it missed, it does not
-        burst to catch up) until `stop` is set or the process exits. One last sweep after `stop`
-        so the samples cover the moment the caller stopped."""
+        """Sweep every 1/hz s until `stop` is set or the process exits; one last sweep after
+        `stop` so the samples cover the moment the caller stopped. A late sweep skips the ticks it
+        missed, it does not burst to catch up.
+
+        CPU budget: the sampler's own CPU time per sweep (the /proc reads, parsing, the timer
+        wake-up) is tracked; when `hz` sweeps a second would cost more than `cpu_budget` of the
+        machine (all cores), the period is stretched to fit, down to `FLOOR_HZ` at the lowest.
+        """
         c0 = time.thread_time()
-        period = 1.0 / self.hz
-        t0 = time.monotonic()
-        k = 0
+        base = 1.0 / self.hz
+        longest = max(base, 1.0 / FLOOR_HZ)
+        budget = self.cpu_budget * self.n_cpus if self.cpu_budget else None  # CPU-s per s
+        period = base
+        cost = 0.0  # smoothed CPU seconds per sweep
+        due = time.monotonic()
+        cpu_prev = c0
         while not stop.is_set():
             if not self.sample():
                 break
-            k += 1
+            cpu_now = time.thread_time()
+            cost = (cpu_now - cpu_prev) if not cost else 0.9 * cost + 0.1 * (cpu_now - cpu_prev)
+            cpu_prev = cpu_now
+            if budget:
+                period = min(longest, max(base, cost / budget))
+            due += period
             now = time.monotonic()
-            due = t0 + k * period
             if now > due + period:
                 self.late_sweeps += 1
-                k = int((now - t0) / period) + 1
-                due = t0 + k * period
-            stop.wait(max(0.0, due - now))
+                due = now + period
+            if due > now:
+                time.sleep(due - now)  # cheaper to wake from than Event.wait; stop is checked next
         else:
             self.sample()
         self.sweep_cpu_s += time.thread_time() - c0
@@ -394,6 +413,7 @@ class Sampler:
             "achieved_hz": round((len(ts) - 1) / span, 2) if span > 0 else None,
             "late_sweeps": self.late_sweeps,
             "sweep_cpu_s": round(self.sweep_cpu_s, 4),
+            "cpu_budget": self.cpu_budget,
             "delay_accounting": delay_accounting_enabled(),
         }
 
@@ -428,7 +448,12 @@ class SamplerProcess:
     """
 
     def __init__(
-        self, pid: int, threads_path: Path, process_path: Path, hz: float = DEFAULT_HZ
+        self,
+        pid: int,
+        threads_path: Path,
+        process_path: Path,
+        hz: float = DEFAULT_HZ,
+        cpu_budget: float | None = DEFAULT_CPU_BUDGET,
     ) -> None:
         self.cmd = [
             sys.executable,
@@ -442,6 +467,8 @@ class SamplerProcess:
             str(threads_path),
             "--process-out",
             str(process_path),
+            "--cpu-budget",
+            str(cpu_budget or 0),
         ]
         self.proc: subprocess.Popen | None = None
         self.result: dict[str, Any] | None = None
@@ -499,6 +526,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--pid", type=int, required=True)
     ap.add_argument("--hz", type=float, default=DEFAULT_HZ)
+    ap.add_argument(
+        "--cpu-budget",
+        type=float,
+        default=DEFAULT_CPU_BUDGET,
+        help="share of the machine's CPU the sampler may use; it slows down (not below "
+        f"{FLOOR_HZ:g} Hz) to stay within it; 0: no budget (default {DEFAULT_CPU_BUDGET:g})",
+    )
     ap.add_argument("--threads-out", type=Path, required=True)
     ap.add_argument("--process-out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -510,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        sampler = Sampler(args.pid, args.hz)
+        sampler = Sampler(args.pid, args.hz, cpu_budget=args.cpu_budget or None)
     except (ProcessLookupError, ValueError) as e:
         print(f"sampler: error: {e}", file=sys.stderr)
         return 2

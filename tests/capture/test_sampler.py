@@ -16,6 +16,7 @@ import pytest
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 from recadvisor.capture.sampler import (
     CLK_TCK,
+    FLOOR_HZ,
     Sampler,
     SamplerProcess,
     parse_proc_io,
@@ -182,7 +183,7 @@ def _read(tmp_path, host="h"):
 
 def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     p = target()
-    s = Sampler(p.pid, hz=50).start()
+    s = Sampler(p.pid, hz=50, cpu_budget=None).start()
     t0 = time.time_ns()
     time.sleep(1.0)
     t1 = time.time_ns()
@@ -214,6 +215,19 @@ def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     assert str(process.schema.field("n_cpus").type) == "int32"
     summary = s.summary()
     assert summary["samples"] == len(pr) and 40 <= summary["achieved_hz"] <= 60
+
+
+def test_cpu_budget_slows_the_sampler_but_not_below_the_floor(target):
+    p = target()
+    s = Sampler(p.pid, hz=50, cpu_budget=1e-6).start()  # no sweep fits: the floor rate
+    time.sleep(1.0)
+    s.stop()
+    assert FLOOR_HZ * 0.75 <= s.summary()["achieved_hz"] <= FLOOR_HZ * 1.25
+    s = Sampler(p.pid, hz=50, cpu_budget=0.5).start()  # every sweep fits: the rate asked for
+    time.sleep(1.0)
+    s.stop()
+    summary = s.summary()
+    assert summary["achieved_hz"] >= 40 and summary["cpu_budget"] == 0.5
 
 
 def test_sampler_stops_when_the_process_exits(target, tmp_path):
