@@ -14,7 +14,8 @@ import pandas as pd
 
 from analyzers.events import is_device_plane, present_values
 from analyzers.ingest.logdir import RunData
-from analyzers.steps import Steps, clip_to_steps, step_breakdown, with_end
+from analyzers.scaling import metadata_device_count
+from analyzers.steps import Steps, clip_to_steps, step_breakdown
 
 _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
 
@@ -36,9 +37,9 @@ class Context:
     def build(cls, run: RunData) -> Context:
         return cls(run=run, steps=step_breakdown(run.events))
 
-    @cached_property
+    @property
     def events(self) -> pd.DataFrame:
-        return with_end(self.run.events)
+        return self.run.events
 
     @cached_property
     def fractions(self) -> dict[str, float]:
@@ -82,9 +83,9 @@ class Context:
     def n_devices(self) -> int:
         if self.device_planes:
             return len(self.device_planes)
-        meta_devices = (self.run.metadata or {}).get("devices")
-        if isinstance(meta_devices, dict) and meta_devices.get("count"):
-            return int(meta_devices["count"])
+        from_meta = metadata_device_count(self.run.metadata or {})
+        if from_meta:
+            return from_meta
         ids = {m for n in present_values(self.events["name"]) for m in _CPU_DEVICE.findall(n)}
         return max(len(ids), 1)
 
@@ -96,15 +97,10 @@ class Context:
         cpus = (meta.get("host") or {}).get("cpus") if isinstance(meta.get("host"), dict) else None
         return int(cpus) if cpus else None
 
-    @cached_property
+    @property
     def main_line(self) -> str | None:
         """The thread driving the steps: where the step markers or train-function calls live."""
-        src = self.steps.source
-        if ":" not in src:
-            return None
-        name = src.split(":", 1)[1]
-        lines = self.events.loc[self.events["name"] == name, "line"]
-        return str(lines.value_counts().idxmax()) if len(lines) else None
+        return self.steps.line
 
     @cached_property
     def config(self) -> dict[str, Any] | None:

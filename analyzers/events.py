@@ -53,7 +53,7 @@ KINDS = (
 )
 
 _INPUT_WAIT = re.compile(
-    r"^(IteratorGetNext|IteratorGetNextAsOptional|IteratorGetNextOp::DoCompute|"
+    r"^(IteratorGetNext|IteratorGetNextAsOptional|"
     r"EagerLocalExecute: IteratorGetNext.*|MultiDeviceIteratorGetNextFromShard|"
     r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
 )
@@ -177,13 +177,19 @@ def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
 
 
 def _intern(values: np.ndarray | tuple[np.ndarray, list[str]]) -> pd.Categorical:
-    """Per-row values, or (codes, names) so a million rows never become Python strings."""
-    if isinstance(values, tuple):
-        codes, names = values
-        uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
-        remap = np.asarray(inverse, dtype=np.int64)
-        return _categorical(remap[codes] if len(codes) else codes.astype(np.int64), list(uniq))
-    return pd.Categorical(values)
+    """Per-row values, or (codes, names) so a million rows never become Python strings; a code
+    of -1 (a name the trace does not define) becomes "<unknown>"."""
+    if not isinstance(values, tuple):
+        return pd.Categorical(values)
+    codes, names = values
+    codes = np.asarray(codes, dtype=np.int64)
+    uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+    uniq = list(uniq)
+    remap = np.asarray(inverse, dtype=np.int64)
+    if (codes < 0).any():
+        uniq.append("<unknown>")
+        remap = np.append(remap, len(uniq) - 1)  # index -1 picks this last slot
+    return _categorical(remap[codes] if len(codes) else codes, uniq)
 
 
 def build_events(
@@ -199,20 +205,13 @@ def build_events(
     stats: dict[str, np.ndarray],
 ) -> pd.DataFrame:
     """Assemble the table. `name_codes` index `names` (-1 = unknown name)."""
-    uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
-    uniq = list(uniq)
-    has_unknown = (name_codes < 0).any()
-    if has_unknown:
-        uniq.append("<unknown>")
-    remap = np.append(inverse, len(uniq) - 1) if has_unknown else inverse
-    codes = remap[name_codes] if len(names) or has_unknown else name_codes
     df = pd.DataFrame(
         {
             "host": _categorical(np.zeros(len(start_ns), dtype=np.int64), [host]),
             "plane": _intern(plane),
             "line": _intern(line),
             "line_id": np.asarray(line_id, dtype=np.int64),
-            "name": _categorical(codes, uniq),
+            "name": _intern((name_codes, names)),
             "start_ns": np.asarray(start_ns, dtype=np.int64),
             "dur_ns": np.asarray(dur_ns, dtype=np.int64),
             "end_ns": np.asarray(start_ns, dtype=np.int64) + np.asarray(dur_ns, dtype=np.int64),

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pandas as pd
+
 SEVERITIES = ("high", "medium", "low")
 # Estimated speedup thresholds (x) for each severity.
 HIGH_SPEEDUP = 1.25
@@ -60,6 +62,16 @@ class Finding:
                   "config_changes", "fix_command"):
             d.pop(k)
         return d
+
+
+def heaviest_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
+    """The events behind a finding: the n names with the most total time."""
+    if df.empty:
+        return []
+    g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(
+        "sum", ascending=False).head(n)
+    return [{"name": str(k), "total_ms": round(v["sum"] / 1e6, 3), "count": int(v["count"])}
+            for k, v in g.iterrows()]
 
 
 @dataclass

@@ -20,7 +20,6 @@ from analyzers.context import Context
 from analyzers.detectors import detectors
 from analyzers.findings import SEVERITIES, Finding, Skipped
 from analyzers.ingest.logdir import RunData, load_run
-from analyzers.steps import ALL_CATEGORIES
 
 SCHEMA_VERSION = 1
 
@@ -158,4 +157,4 @@ def render_text(report: Report, markdown: bool = False) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-__all__ = ["ALL_CATEGORIES", "Report", "analyze", "build_report", "render_json", "render_text"]
+__all__ = ["Report", "analyze", "build_report", "render_json", "render_text"]

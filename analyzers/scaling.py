@@ -22,7 +22,8 @@ class ScalingPoint:
     efficiency: float = 1.0
 
 
-def _devices(meta: dict) -> int | None:
+def metadata_device_count(meta: dict) -> int | None:
+    """Devices of a run, from its metadata (`devices.count`, else the trainer config)."""
     dev = meta.get("devices")
     if isinstance(dev, dict) and dev.get("count"):
         return int(dev["count"])
@@ -46,7 +47,7 @@ def scaling_points(run_dir: Path) -> list[ScalingPoint]:
             meta = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        n, sps = _devices(meta), meta.get("samples_per_s")
+        n, sps = metadata_device_count(meta), meta.get("samples_per_s")
         if n and isinstance(sps, int | float) and sps > 0:
             points.append(ScalingPoint(d.name, n, float(sps)))
     if len({p.devices for p in points}) < 2:

@@ -46,6 +46,7 @@ _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
     source: str  # "markers:<name>", "function:<name>" or "none"
+    line: str | None = None  # the thread that drives the steps (markers or calls live there)
     # Events clipped to the steps (event row, step index, start, end): computed once, shared
     # with the detectors' in-step view.
     clipped: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -64,19 +65,18 @@ class Steps:
         return float(self.table["dur_ns"].median()) if self.found else 0.0
 
 
-def _host(events: pd.DataFrame) -> pd.Series:
-    return pd.Series(cat_mask(events["plane"], lambda p: not is_device_plane(p)),
-                     index=events.index)
+def _main_line(events: pd.DataFrame) -> str | None:
+    return str(events["line"].value_counts().idxmax()) if len(events) else None
 
 
-def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Return (DataFrame[step, start_ns, end_ns], source)."""
-    host = _host(events)
-    has_step = stat(events, "step_num") >= 0
-    marked = events[host.to_numpy() & has_step][["name", "start_ns", "end_ns", "dur_ns"]]
+def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | None]:
+    """Return (DataFrame[step, start_ns, end_ns], source, step-driving line)."""
+    host = cat_mask(events["plane"], lambda p: not is_device_plane(p))
+    step_num = stat(events, "step_num")
+    sel = host & (step_num >= 0)
+    marked = events[sel][["name", "line", "start_ns", "end_ns", "dur_ns"]]
     if len(marked):
-        marked = marked.assign(step_num=stat(events, "step_num")[host.to_numpy() & has_step],
-                               root=stat(events, "root")[host.to_numpy() & has_step])
+        marked = marked.assign(step_num=step_num[sel], root=stat(events, "root")[sel])
         if (marked["root"] > 0).any():
             marked = marked[marked["root"] > 0]
         # One marker family per name, with a step counter in the name folded (ProfilerStep#3).
@@ -90,7 +90,7 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
-            return _chain(w), f"markers:{best}"
+            return _chain(w), f"markers:{best}", _main_line(m)
     calls = events[host & cat_mask(events["name"], _TRAIN_FN.search)]
     if len(calls):
         per_name = calls.groupby("name", observed=True).agg(n=("dur_ns", "size"),
@@ -103,8 +103,8 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             c = c.drop_duplicates("start_ns")
             w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
                               "end_ns": c["end_ns"].to_numpy()})
-            return _chain(w), f"function:{best}"
-    return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none"
+            return _chain(w), f"function:{best}", _main_line(c)
+    return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none", None
 
 
 def _chain(w: pd.DataFrame) -> pd.DataFrame:
@@ -112,12 +112,6 @@ def _chain(w: pd.DataFrame) -> pd.DataFrame:
     nxt = w["start_ns"].shift(-1)
     w["end_ns"] = np.where(nxt.notna(), nxt.fillna(0), w["end_ns"]).astype(np.int64)
     return w[w["end_ns"] > w["start_ns"]].reset_index(drop=True)
-
-
-def with_end(events: pd.DataFrame) -> pd.DataFrame:
-    if "end_ns" not in events:
-        events = events.assign(end_ns=events["start_ns"] + events["dur_ns"])
-    return events
 
 
 def clip_to_steps(starts: np.ndarray, ends: np.ndarray, w_start: np.ndarray,
@@ -158,18 +152,11 @@ def covered_ns(s: np.ndarray, e: np.ndarray) -> int:
     return int((me - ms).sum())
 
 
-def union_per_step(step: np.ndarray, s: np.ndarray, e: np.ndarray, n_steps: int) -> np.ndarray:
-    """Covered length per step of a set of intervals that never cross a step boundary."""
-    step, s, e = merge_intervals(step, s, e)
-    return np.bincount(step, weights=e - s, minlength=n_steps).astype(np.int64)
-
-
 def step_breakdown(events: pd.DataFrame) -> Steps:
-    windows, source = find_step_windows(with_end(events))
+    windows, source, line = find_step_windows(events)
     cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
     if windows.empty:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
-    events = with_end(events)
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
     n = len(windows)
@@ -195,4 +182,4 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         out[cat] = cover - cover_prev
         cover_prev = cover
     out[IDLE] = out["dur_ns"] - cover_prev
-    return Steps(out[cols].astype(np.int64), source, clipped)
+    return Steps(out[cols].astype(np.int64), source, line, clipped)

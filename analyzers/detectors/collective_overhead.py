@@ -11,9 +11,8 @@ arithmetic, so the estimate takes the share a smaller device count would save.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, speedup_from_saving
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.scaling import scaling_points
-from analyzers.signals.input_pipeline import top_events
 
 ID = "collective_overhead"
 MIN_SHARE = 0.03
@@ -62,6 +61,6 @@ def detect(ctx: Context) -> Finding | None:
                 "all-reduce; keep the all-to-all payload small (column-wise split only when "
                 "tables are large)."),
         numbers=numbers,
-        top_events=top_events(coll),
+        top_events=heaviest_events(coll),
         config_changes=changes,
     )

@@ -8,8 +8,7 @@ Each is a small synchronous op the step waits for (seed 000's casting layer).
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.input_pipeline import top_events
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 
 ID = "convert_to_tensor_gaps"
 MIN_PER_STEP = 4
@@ -42,6 +41,6 @@ def detect(ctx: Context) -> Finding | None:
                 "tf.constant/convert_to_tensor calls."),
         numbers={"conversions_per_step": round(per_step, 1), "eager_casts_per_step": casts,
                  "exposed_fraction": round(share, 4)},
-        top_events=top_events(conv),
+        top_events=heaviest_events(conv),
         config_changes=changes,
     )

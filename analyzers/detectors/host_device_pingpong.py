@@ -8,8 +8,7 @@ compute plus those copies is what keeping the step on the device would save.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, Skipped, speedup_from_saving
-from analyzers.signals.input_pipeline import top_events
+from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 
 ID = "host_device_pingpong"
 MIN_SHARE = 0.03
@@ -39,5 +38,5 @@ def detect(ctx: Context) -> Finding | Skipped | None:
                 "move them into tf.data, or place them explicitly; check with "
                 "tf.debugging.set_log_device_placement."),
         numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
-        top_events=top_events(host_ops),
+        top_events=heaviest_events(host_ops),
     )

@@ -11,13 +11,12 @@ Evidence names the cause: decompression, per-example parsing, casting, low paral
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, speedup_from_saving
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     analyze_input_pipeline,
     input_cpu_bound,
     input_wait_ranges,
-    structural_causes,
-    top_events,
+    pipeline_causes,
 )
 from analyzers.signals.os_sampler import summarize
 
@@ -50,7 +49,7 @@ def detect(ctx: Context) -> Finding | None:
     pipe = analyze_input_pipeline(ctx)
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
-    causes = structural_causes(ctx, pipe)
+    causes = pipeline_causes(ctx, pipe)
     exposed = wait if wait >= MIN_WAIT and (cpu_bound or causes) else 0.0
     # Contention needs two witnesses: the trace shows the producers doing a large share of the
     # machine's work (reader stages + map ops per step, over CPUs x step time), and the sampler
@@ -119,7 +118,7 @@ def detect(ctx: Context) -> Finding | None:
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2),
                  "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6]},
-        top_events=top_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
+        top_events=heaviest_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )

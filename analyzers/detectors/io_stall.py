@@ -9,13 +9,12 @@ docs/trace-signals.md, "Input pipeline".
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, speedup_from_saving
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     analyze_input_pipeline,
     input_cpu_bound,
     input_wait_ranges,
-    structural_causes,
-    top_events,
+    pipeline_causes,
 )
 from analyzers.signals.os_sampler import summarize
 
@@ -35,7 +34,7 @@ def detect(ctx: Context) -> Finding | None:
     pipe = analyze_input_pipeline(ctx)
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
-    if cpu_bound or structural_causes(ctx, pipe):
+    if cpu_bound or pipeline_causes(ctx, pipe):
         return None  # input_preprocessing owns this wait
     step_ms = ctx.steps.median_step_ns() / 1e6
     evidence = [
@@ -71,7 +70,7 @@ def detect(ctx: Context) -> Finding | None:
                  "speedup_if_wait_removed": round(speedup_from_saving(wait), 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2)},
-        top_events=top_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
+        top_events=heaviest_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )

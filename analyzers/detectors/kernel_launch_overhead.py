@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.input_pipeline import top_events
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 
 ID = "kernel_launch_overhead"
 MIN_OPS_PER_STEP = 150
@@ -58,6 +57,6 @@ def detect(ctx: Context) -> Finding | None:
                 "embedding tables into one table with offsets, so one kernel replaces dozens."),
         numbers={"ops_per_step": round(per_step, 1), "median_op_us": round(median_us, 2),
                  "overhead_fraction": round(overhead, 4)},
-        top_events=top_events(ops),
+        top_events=heaviest_events(ops),
         config_changes=changes,
     )

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from analyzers.context import Context
 from analyzers.events import cat_mask
-from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.input_pipeline import top_events
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import covered_ns
 
 ID = "serialized_h2d"
@@ -50,7 +49,7 @@ def _gpu(ctx: Context) -> Finding | None:
                 "instead of copying per replica from a Python loop; use pinned host memory."),
         numbers={"copies_per_step": round(len(h2d) / ctx.n_steps, 1), "devices": n_dev,
                  "overlap_ratio": round(ratio, 3), "exposed_fraction": round(exposed, 4)},
-        top_events=top_events(h2d),
+        top_events=heaviest_events(h2d),
         config_changes={"input_copy": "distributed"} if ctx.config else {},
     )
 
@@ -87,7 +86,7 @@ def _host(ctx: Context) -> Finding | None:
                 "prefetch to device instead of per-replica tf.constant/identity copies in Python."),
         numbers={"copies_per_step": round(per_step, 1), "devices": n_dev,
                  "copy_fraction": round(share, 4)},
-        top_events=top_events(copies),
+        top_events=heaviest_events(copies),
         config_changes={"input_copy": "distributed"} if ctx.config else {},
     )
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
-from analyzers.ingest.xplane_arrays import XPlaneDecodeError, as_buffer
+from analyzers.ingest.xplane_arrays import MAX_STAT_ID, XPlaneDecodeError, as_buffer
 from analyzers.ingest.xplane_schema import XPlane, XSpace
 
 # Below this size protobuf decodes faster than numba can be imported and loaded.
@@ -140,7 +140,7 @@ def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
     width = 1
     for p in planes:
         for k, m in p.stat_metadata.items():
-            if m.name in alias and k < _MAX_STAT_ID:
+            if m.name in alias and k < MAX_STAT_ID:
                 width = max(width, k + 1)
     want = np.full((max(len(planes), 1), width), -1, dtype=np.int64)
     for pi, p in enumerate(planes):
@@ -148,9 +148,6 @@ def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
             if m.name in alias and 0 <= k < width:
                 want[pi, k] = alias[m.name]
     return want, columns
-
-
-_MAX_STAT_ID = 1 << 20  # stat metadata ids are small in practice; larger ones are not decoded
 
 
 def _stat_columns(space, planes: list, columns: list[str],

@@ -43,6 +43,11 @@ class DecodedSpace:
         return self.buf[start : start + length].tobytes().decode("utf-8", "replace")
 
 
+# Stat metadata ids are small in practice (TF numbers them from 1); larger ones are not decoded,
+# so the want[plane, id] table stays small.
+MAX_STAT_ID = 1 << 20
+
+
 class XPlaneDecodeError(ValueError):
     pass
 

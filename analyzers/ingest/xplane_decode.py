@@ -18,7 +18,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from analyzers.ingest.xplane_arrays import DecodedSpace, XPlaneDecodeError, as_buffer
+from analyzers.ingest.xplane_arrays import (
+    MAX_STAT_ID,
+    DecodedSpace,
+    XPlaneDecodeError,
+    as_buffer,
+)
 
 # Error codes returned by the compiled functions (0 = ok); the byte offset travels beside them.
 _ERRORS = {
@@ -382,7 +387,8 @@ def decode_xspace(data: bytes | np.ndarray) -> DecodedSpace:
     buf = as_buffer(data)
     rest = decode_plane_rest(buf)
     planes = [XPlane.FromString(r) for r in rest]
-    width = max((k + 1 for p in planes for k in p.stat_metadata if 0 <= k < 1 << 20), default=1)
+    width = max((k + 1 for p in planes for k in p.stat_metadata if 0 <= k < MAX_STAT_ID),
+                default=1)
     ids = np.arange(width, dtype=np.int64)
     out = decode_events(buf, np.tile(ids, (max(len(planes), 1), 1)))
     out.plane_rest = rest

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import cat_map, cat_mask, present_values
@@ -23,8 +22,9 @@ _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|Parse
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
 _READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "SSTable", "Parquet", "ArrayRecord")
 _BRACKETS = re.compile(r"\[\d+\]")
-_ELEMENT = re.compile(r"(Interleave\w*\[\d+\])")
-_INTERLEAVE_CHILD = re.compile(r"Interleave\w*\[\d+\]::[A-Za-z0-9]+$")
+# A direct child of an interleave element (`...ParallelInterleaveV4[37]::FlatMap`): one per open
+# input; group 1 names the element.
+_INTERLEAVE_CHILD = re.compile(r"(Interleave\w*\[\d+\])::[A-Za-z0-9]+$")
 
 
 @dataclass
@@ -33,16 +33,14 @@ class InputPipeline:
     stage_paths: list[str]
     has_prefetch: bool
     parallel_stages: list[str]
-    sequential_stages: list[str]
+    sequential_stages: list[str]  # Map / Interleave without num_parallel_calls
     map_before_batch: bool
     parse_ops_per_step: float
     parse_ms_per_step: float
-    cast_ops_per_step: float
     input_op_ms_per_step: float  # CPU work of map functions on tf.data threads
     reader_ms_per_step: float  # time inside reader stages (reads + decompression)
     reader_concurrency: float  # mean number of open inputs (or reader calls) while any is
     max_open_inputs: int  # most interleave inputs open at once
-    producer_threads: int
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
@@ -67,7 +65,6 @@ def _analyze(ctx: Context) -> InputPipeline:
     ev = ctx.in_steps
     paths = sorted({_BRACKETS.sub("", n) for n in present_values(ev["name"])
                     if n.startswith("Iterator::")})
-    leaf = {p.rsplit("::", 1)[-1] for p in paths}
     work = ev[ev["kind"] == "input_work"]
     wname = work["name"]
     is_stage = cat_mask(wname, lambda n: n.startswith("Iterator::"))
@@ -75,9 +72,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     # wrappers enclose them and would count the same time twice.
     ops = work[~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)]
     parse = ops[cat_mask(ops["op_type"], _PARSE_OPS.match)]
-    casts = ops[ops["op_type"] == "Cast"]
     n = max(ctx.n_steps, 1)
-    # Self time of map-function ops: leaf op events (not the executor wrappers).
     reader_ev = work[is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)]
     reader_ms = float(reader_ev["dur_ns"].sum()) / 1e6 / n
     # Concurrency of reads: the direct children of interleave elements (one per open input),
@@ -85,17 +80,16 @@ def _analyze(ctx: Context) -> InputPipeline:
     inputs = work[cat_mask(wname, _INTERLEAVE_CHILD.search)]
     if len(inputs):
         # One span per interleave element (an open input file), first to last event.
-        element = cat_map(inputs["name"], lambda n: (m := _ELEMENT.search(n)) and m.group(1))
-        spans = inputs.assign(element=element).groupby("element").agg(
+        element = cat_map(inputs["name"],
+                          lambda n: (m := _INTERLEAVE_CHILD.search(n)) and m.group(1))
+        conc_ev = inputs.assign(element=element).groupby("element").agg(
             start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-        conc_ev = spans
     else:
         conc_ev = reader_ev
     path_text = " ".join(paths)
-    parallel = sorted({s for s in leaf | {x for p in paths for x in p.split("::")}
-                       if s.startswith("Parallel") or s in ("MapAndBatch", "ParallelBatch")})
-    sequential = sorted({x for p in paths for x in p.split("::")}
-                        & {"Map", "Interleave", "FlatMap", "Batch"})
+    stages = {x for p in paths for x in p.split("::")}
+    parallel = sorted(s for s in stages if s.startswith("Parallel") or s == "MapAndBatch")
+    sequential = sorted(stages & {"Map", "Interleave"})
     map_before = "MapAndBatch" in path_text or any(
         re.search(r"::(BatchV2|Batch|PaddedBatchV2)::(ParallelMapV2|Map)(::|$)", p) for p in paths
     )
@@ -108,14 +102,12 @@ def _analyze(ctx: Context) -> InputPipeline:
         map_before_batch=bool(map_before),
         parse_ops_per_step=len(parse) / n,
         parse_ms_per_step=float(parse["dur_ns"].sum()) / 1e6 / n,
-        cast_ops_per_step=len(casts) / n,
         input_op_ms_per_step=float(ops["dur_ns"].sum()) / 1e6 / n,
         reader_ms_per_step=reader_ms,
         reader_concurrency=_mean_concurrency(conc_ev["start_ns"].to_numpy(),
                                              conc_ev["end_ns"].to_numpy()),
         max_open_inputs=_max_concurrency(conc_ev["start_ns"].to_numpy(),
                                          conc_ev["end_ns"].to_numpy()),
-        producer_threads=int(work["line"].nunique()),
     )
 
 
@@ -128,15 +120,6 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     w = w.sort_values("dur_ns", ascending=False).drop_duplicates("start_ns").head(top)
     return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in zip(w["start_ns"], w["end_ns"],
                                                                       strict=True)]
-
-
-def top_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
-    if df.empty:
-        return []
-    g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(
-        "sum", ascending=False).head(n)
-    return [{"name": str(k), "total_ms": round(v["sum"] / 1e6, 3), "count": int(v["count"])}
-            for k, v in g.iterrows()]
 
 
 # An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.
@@ -166,8 +149,9 @@ def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, s
         f"without it; capture with `recadvisor capture` to tell them apart)")
 
 
-def structural_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
-    """Pipeline-shape problems visible in the stage paths, cause → evidence."""
+def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
+    """Why the pipeline is slow, as far as the trace (and run metadata) show: no prefetch, low
+    parallelism, per-example parsing, decompression; cause → evidence."""
     causes: dict[str, str] = {}
     if not pipe.present:
         return causes
@@ -179,9 +163,9 @@ def structural_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
         causes["low_parallelism"] = (
             f"only {pipe.reader_concurrency:.1f} input files open on average (at most "
             f"{pipe.max_open_inputs}): files are read one after another")
-    seq = [s for s in pipe.sequential_stages if s in ("Map", "Interleave")]
-    if seq:
-        causes.setdefault("low_parallelism", f"sequential stages {', '.join(seq)} "
+    if pipe.sequential_stages:
+        causes.setdefault("low_parallelism", f"sequential stages "
+                                             f"{', '.join(pipe.sequential_stages)} "
                                              "(no num_parallel_calls)")
     if pipe.parse_ops_per_step >= 16:
         causes["per_example_parsing"] = (

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import cat_mask
+from analyzers.events import cat_mask, is_device_plane
 
 INPUT_PREFIXES = ("tf_data",)
 
@@ -55,7 +55,7 @@ def _name_role(name: str, tid: int, pid: int) -> str:
 def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
     """OS tid → role, by agreement of its running samples with trace line activity (phi)."""
     ev = ctx.events
-    host = cat_mask(ev["plane"], lambda p: not p.startswith("/device:"))
+    host = cat_mask(ev["plane"], lambda p: not is_device_plane(p))
     ev = ev[host & (ev["kind"] != "input_wait") & ~ev["name"].isin(_BLOCKING)]
     busy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for line, g in ev.groupby("line", observed=True):
