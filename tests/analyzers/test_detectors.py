@@ -267,6 +267,7 @@ def test_pytorch_chrome_trace_is_diagnosed_like_an_xplane(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     report = analyze(path)
     assert (report.ctx.steps.source, report.ctx.n_steps) == ("markers:ProfilerStep#N", 4)
+    assert report.ctx.main_line == "1"  # the thread of the ProfilerStep markers (tid 1)
     assert report.ctx.has_accelerator and report.ctx.n_devices == 2
     f = by_id(report)["collective_overhead"]
     assert f.step_fraction == pytest.approx(0.3, abs=0.03) and f.severity == "high"
