@@ -86,6 +86,14 @@ class TrainConfig:
             )
         if self.record_format == "prebatched" and self.parse == "per_example":
             raise ValueError("--parse per_example needs --record-format example")
+        if self.interleave_parallelism != AUTOTUNE and (
+            self.interleave_parallelism > self.cycle_length or self.interleave_parallelism < 1
+        ):
+            # TF refuses it at iterator creation with a long error from inside the runtime.
+            raise ValueError(
+                f"--interleave-parallelism {self.interleave_parallelism} must be -1 (AUTOTUNE) or "
+                f"between 1 and --cycle-length ({self.cycle_length})"
+            )
         if self.embedding_split == "column" and self.embedding_dim % self.devices:
             raise ValueError(
                 f"column-wise split needs --embedding-dim ({self.embedding_dim}) divisible by "

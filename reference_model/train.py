@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,15 @@ def run_training(
     evaluate: bool = False,
     progress: bool = True,
     python_trace: bool = False,
+    measure_seconds: float | None = None,
+    on_measure_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:
-    """Train; returns the run metadata (also written beside the xplane when `logdir` is given)."""
+    """Train; returns the run metadata (also written beside the xplane when `logdir` is given).
+
+    `measure_seconds` ends the timed window early once that much time has passed (the tuner gives
+    every trial the same time, whatever its step time); `on_measure_step(steps_done, elapsed_s)`
+    is called after each timed step (the tuner's intermediate throughput reports).
+    """
     t_start = time.time()
     cfg.validate()
     from reference_model.devices import setup_devices
@@ -155,14 +163,20 @@ def run_training(
                 bar.update()
         t0 = time.perf_counter()
         with _progress(cfg.measure_steps, "measure", progress) as bar:
-            for _ in range(cfg.measure_steps):
+            for i in range(cfg.measure_steps):
                 s = time.perf_counter()
                 losses.append(float(step()))  # float() waits for the step: honest per-step times
-                step_ms.append((time.perf_counter() - s) * 1e3)
+                now = time.perf_counter()
+                step_ms.append((now - s) * 1e3)
                 bar.update()
+                if on_measure_step is not None:
+                    on_measure_step(i + 1, now - t0)
+                if measure_seconds is not None and now - t0 >= measure_seconds:
+                    break
         measure_s = time.perf_counter() - t0
+        measured = len(step_ms)
         if logdir is not None and cfg.profile_steps > 0:
-            first = cfg.warmup_steps + cfg.measure_steps
+            first = cfg.warmup_steps + measured
             with (
                 _progress(cfg.profile_steps, "profile", progress) as bar,
                 ProfileWindow(logdir, python_tracer_level=1 if python_trace else 0) as win,
@@ -180,7 +194,7 @@ def run_training(
                 "sampler": win.sampler_info,
             }
     auc = evaluate_auc(model, manifest, cfg) if evaluate else None
-    samples_per_s = cfg.batch_size * cfg.measure_steps / measure_s if cfg.measure_steps else None
+    samples_per_s = cfg.batch_size * measured / measure_s if measured else None
     meta: dict[str, Any] = {
         "tool": "recadvisor.reference_model",
         "preset": preset,
@@ -188,7 +202,7 @@ def run_training(
         "command": sys.argv,
         "samples_per_s": samples_per_s,
         "step_time_ms": _percentiles(step_ms),
-        "measured_steps": cfg.measure_steps,
+        "measured_steps": measured,
         "profile_window": window or None,
         "final_loss": losses[-1] if losses else None,
         "eval_auc": auc,

@@ -1,0 +1,206 @@
+"""What a study found, as JSON and files: the best configuration (median of its re-measurements),
+its speedup over the starting configuration, which finding each improvement came from, parameter
+importances, the Pareto front, and the trial table.
+
+Files written to the output folder (each replaced atomically, so an interrupted run never leaves
+half a file):
+  summary.json       everything below, schema version 1
+  best_config.json   the best configuration (`recadvisor train --config best_config.json`)
+  best_command.txt   the same as `recadvisor train` flags
+  trials.csv         one row per trial (Optuna's trials_dataframe)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from reference_model.config import TrainConfig, config_to_flags
+from tuner.storage import redact
+from tuner.study import (
+    GUIDANCE_ATTR,
+    SETUP_ATTR,
+    Tuner,
+    baseline_trial,
+    remeasurements,
+    throughput,
+)
+
+SCHEMA_VERSION = 1
+MIN_TRIALS_FOR_IMPORTANCE = 4
+
+
+def train_command(config: dict[str, Any]) -> str:
+    cfg = TrainConfig.from_dict(config)
+    return shlex.join(["recadvisor", "train", *config_to_flags(cfg)])
+
+
+def _samples(t: FrozenTrial, extra: dict[int, list[float]]) -> list[float]:
+    first = throughput(t)
+    return ([first] if first is not None else []) + list(extra.get(t.number, []))
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values), "values": [round(v, 1) for v in values]}
+
+
+def _changed(config: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if start.get(k) != v}
+
+
+def _trial_row(t: FrozenTrial, start: dict[str, Any], extra: dict[int, list[float]]) -> dict:
+    dur = t.duration.total_seconds() if t.duration is not None else None
+    row = {
+        "number": t.number,
+        "state": t.state.name,
+        "samples_per_s": throughput(t),
+        "source": t.user_attrs.get("source", "sampler"),
+        "changes_from_start": _changed(t.user_attrs.get("config") or {}, start),
+        "duration_s": round(dur, 2) if dur is not None else None,
+    }
+    for key in ("fail_reason", "duplicate_of", "estimated_speedup", "from_trial", "retry_of"):
+        if key in t.user_attrs:
+            row[key] = t.user_attrs[key]
+    if t.state == TrialState.PRUNED and t.intermediate_values:
+        row["last_reported_samples_per_s"] = list(t.intermediate_values.values())[-1]
+    if extra.get(t.number):
+        row["remeasured"] = [round(v, 1) for v in extra[t.number]]
+    return row
+
+
+def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> dict[str, Any]:
+    if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
+        return {"values": None, "reason": f"needs {MIN_TRIALS_FOR_IMPORTANCE} completed trials, "
+                f"have {len(complete)}"}
+    target = None if len(study.directions) == 1 else (lambda t: t.values[0])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target=target)
+    except (ValueError, RuntimeError, ZeroDivisionError) as e:
+        return {"values": None, "reason": str(e).splitlines()[0] if str(e) else type(e).__name__}
+    return {"values": {k: round(v, 4) for k, v in values.items()}, "evaluator": "PED-ANOVA"}
+
+
+def _improvements(complete: list[FrozenTrial], base_value: float) -> list[dict[str, Any]]:
+    """The trials that set a new best, in the order they ran, and where each came from."""
+    out: list[dict[str, Any]] = []
+    best = 0.0
+    for t in sorted(complete, key=lambda t: t.number):
+        v = throughput(t)
+        if v is None or v <= best or "duplicate_of" in t.user_attrs:
+            continue
+        out.append({"trial": t.number, "source": t.user_attrs.get("source", "sampler"),
+                    "samples_per_s": round(v, 1), "ratio_to_start": round(v / base_value, 3),
+                    "gain_over_previous_best": round(v / best, 3) if best else None})
+        best = v
+    return out
+
+
+def _verified(trials: list[FrozenTrial]) -> list[dict[str, Any]]:
+    """Each queued remedy: the analyzers' estimate beside the speedup its trial measured."""
+    by_number = {t.number: t for t in trials}
+    out = []
+    for t in trials:
+        if not t.user_attrs.get("findings"):
+            continue
+        src = by_number.get(t.user_attrs.get("from_trial"))
+        measured = None
+        if src is not None and throughput(t) and throughput(src):
+            measured = round(throughput(t) / throughput(src), 3)
+        out.append({"trial": t.number, "findings": t.user_attrs["findings"],
+                    "from_trial": t.user_attrs.get("from_trial"), "state": t.state.name,
+                    "estimated_speedup": t.user_attrs.get("estimated_speedup"),
+                    "measured_speedup": measured})
+    return out
+
+
+def build_summary(tuner: Tuner) -> dict[str, Any]:
+    study = tuner.study
+    setup = study.user_attrs.get(SETUP_ATTR) or {}
+    start = setup.get("start_config") or {}
+    trials = study.get_trials(deepcopy=False)
+    extra = remeasurements(study)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and throughput(t)]
+    measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
+    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "study": study.study_name,
+        "storage": redact(tuner.url),
+        "sampler": tuner.s.sampler,
+        "objectives": setup.get("objectives"),
+        "preset": setup.get("preset"),
+        "hardware": setup.get("hardware"),
+        "space": {"source": setup.get("space", {}).get("source"),
+                  "knobs": [k["name"] for k in setup.get("space", {}).get("knobs", [])],
+                  "notes": setup.get("space_notes", [])},
+        "trial_settings": setup.get("trial_settings"),
+        "counts": counts,
+        "wall_s": round(time.time() - tuner.started, 1),
+    }
+    base = baseline_trial(study)
+    if base is None or base.state != TrialState.COMPLETE:
+        out.update(start={"config": start, "samples_per_s": None}, best=None, speedup=None)
+    else:
+        base_stats = _stats(_samples(base, extra))
+        out["start"] = {"trial": base.number, "config": start,
+                        "samples_per_s": round(base_stats["median"], 1), "spread": base_stats}
+        pool = [t for t in measured if len(_samples(t, extra)) > 1] or measured
+        best = max(pool, key=lambda t: statistics.median(_samples(t, extra)))
+        best_stats = _stats(_samples(best, extra))
+        cfg = best.user_attrs["config"]
+        out["best"] = {
+            "trial": best.number, "source": best.user_attrs.get("source", "sampler"),
+            "samples_per_s": round(best_stats["median"], 1), "spread": best_stats,
+            "config": cfg, "changes_from_start": _changed(cfg, start),
+            "command": train_command(cfg), "config_file": "best_config.json",
+        }
+        out["speedup"] = round(best_stats["median"] / base_stats["median"], 3)
+        out["improvements"] = _improvements(complete, throughput(base))
+    out["guidance"] = (study.user_attrs.get(GUIDANCE_ATTR) or {}).get("rounds", [])
+    out["verified_remedies"] = _verified(trials)
+    out["importances"] = _importances(study, complete)
+    if len(study.directions) > 1:
+        front = sorted(study.best_trials, key=lambda t: t.values[1])
+        out["pareto_front"] = [{"trial": t.number, "samples_per_s": round(t.values[0], 1),
+                                "devices": int(t.values[1]),
+                                "command": train_command(t.user_attrs["config"])}
+                               for t in front]
+    out["trials"] = [_trial_row(t, start, extra) for t in trials]
+    return out
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_outputs(tuner: Tuner, summary: dict[str, Any]) -> dict[str, Path]:
+    out = tuner.s.out
+    paths = {"summary": out / "summary.json"}
+    _write(paths["summary"], json.dumps(summary, indent=2, default=str) + "\n")
+    if summary.get("best"):
+        paths["config"] = out / "best_config.json"
+        _write(paths["config"], json.dumps(summary["best"]["config"], indent=2) + "\n")
+        paths["command"] = out / "best_command.txt"
+        _write(paths["command"], summary["best"]["command"] + "\n")
+    df = tuner.study.trials_dataframe(attrs=("number", "state", "value", "values", "duration",
+                                             "params", "user_attrs"), multi_index=False)
+    if not df.empty:
+        paths["trials"] = out / "trials.csv"
+        tmp = paths["trials"].with_name("trials.csv.tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(paths["trials"])
+    return paths
