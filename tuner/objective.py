@@ -89,8 +89,9 @@ class Objective:
         return TrialFailed(reason)
 
     def _same_config(self, trial: optuna.Trial, cfg: dict[str, Any]):
+        # Failed trials are not reused: a timeout, an OOM kill or a killed worker may not recur.
         for t in trial.study.get_trials(deepcopy=False, states=(
-                TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+                TrialState.COMPLETE, TrialState.PRUNED)):
             if t.user_attrs.get("config") == cfg and "duplicate_of" not in t.user_attrs:
                 return t
         return None
@@ -116,10 +117,7 @@ class Objective:
             if same.state == TrialState.COMPLETE:
                 trial.set_user_attr("samples_per_s", same.user_attrs.get("samples_per_s"))
                 return self._values(float(same.user_attrs["samples_per_s"]), cfg)
-            if same.state == TrialState.PRUNED:
-                raise optuna.TrialPruned(f"same configuration as trial {same.number} (pruned)")
-            raise self._fail(trial, f"same configuration as trial {same.number}, which failed: "
-                             f"{same.user_attrs.get('fail_reason', '?')}")
+            raise optuna.TrialPruned(f"same configuration as trial {same.number} (pruned)")
         reports = [0]
 
         def on_progress(msg: dict[str, Any]) -> bool:

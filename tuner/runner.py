@@ -190,8 +190,8 @@ def run_trial(
                 rss = _tree_rss(ps)
                 if rss > limits.memory_bytes:
                     _kill(proc)
-                    raise TrialFailed(f"out of memory: {rss / 2**30:.1f} GiB resident, over the "
-                                      f"trial limit of {limits.memory_bytes / 2**30:.1f} GiB")
+                    raise TrialFailed(f"out of memory: {rss / 2**20:,.0f} MiB resident, over "
+                                      f"the trial limit of {limits.memory_bytes / 2**20:,.0f} MiB")
     finally:
         if proc.poll() is None:
             _kill(proc)

@@ -3,7 +3,7 @@ several workers on several machines.
 
 Persistence is Optuna's own RDBStorage. Two mechanisms make a killed worker lose at most the trial
 it was running: a heartbeat (a RUNNING trial whose worker stopped beating for `GRACE_S` is failed by
-the next worker and re-queued by RetryFailedTrialCallback), and, on `--resume` on the same host,
+the next worker and re-queued by RetryHeartbeatStaleTrialCallback), and, on `--resume` on the same host,
 an immediate check that the recorded worker process is gone (no need to wait out the grace period).
 """
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 
 import optuna
 import psutil
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 HEARTBEAT_S = 10
@@ -68,13 +69,15 @@ def open_storage(url: str) -> RDBStorage:
     if url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     try:
-        return RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=HEARTBEAT_S,
-            grace_period=GRACE_S,
-            failed_trial_callback=RetryFailedTrialCallback(max_retry=1),
-        )
+        with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
     except ImportError as e:
         raise ValueError(f"cannot use storage {redact(url)}: missing driver ({e.name}); for "
                          "PostgreSQL: pip install 'recadvisor[postgres]'") from None
@@ -91,9 +94,9 @@ def recover_dead_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
         worker = t.user_attrs.get("worker")
         if not worker or _alive(worker) is not False:
             continue
+        storage.set_trial_user_attr(t._trial_id, "fail_reason",
+                                    f"its worker {worker} died (killed?); queued again")
         if storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
-            storage.set_trial_user_attr(t._trial_id, "fail_reason",
-                                        f"its worker {worker} died (killed?); queued again")
             attrs = {k: v for k, v in t.user_attrs.items()
                      if k not in ("worker", "fail_reason", "samples_per_s")}
             study.enqueue_trial(t.params, user_attrs={**attrs, "retry_of": t.number})

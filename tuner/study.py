@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,8 +74,11 @@ Log = Callable[[str], None]
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                      n_startup_trials=TPE_STARTUP_TRIALS, constant_liar=True)
+    with warnings.catch_warnings():  # multivariate/group: "experimental" for years
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=TPE_STARTUP_TRIALS,
+                                          constant_liar=True)
 
 
 def make_pruner(multi_objective: bool) -> optuna.pruners.BasePruner:

@@ -1,0 +1,39 @@
+"""Findings -> queued remedies."""
+
+from analyzers.findings import Finding
+from tuner.guidance import plan_round
+
+
+def _f(id, speedup, changes, severity=None):
+    f = Finding(id=id, title=id, step_fraction=0.3, speedup=speedup, evidence=[], remedy="",
+                config_changes=changes)
+    if severity:
+        f.severity = severity
+    return f
+
+
+def test_each_medium_or_high_finding_alone_then_all_together():
+    plan = plan_round([_f("input_preprocessing", 3.0, {"compression": "none"}),
+                       _f("collective_overhead", 1.1, {"devices": 2}),
+                       _f("convert_to_tensor_gaps", 1.02, {"cast": "pipeline"})], 0, "x")
+    assert [r.finding_ids for r in plan.remedies] == [
+        ["input_preprocessing"], ["collective_overhead"],
+        ["input_preprocessing", "collective_overhead", "convert_to_tensor_gaps"]]
+    assert plan.remedies[-1].changes == {"compression": "none", "devices": 2, "cast": "pipeline"}
+
+
+def test_a_conflict_goes_to_the_larger_estimated_gain():
+    plan = plan_round([_f("io_stall", 1.5, {"cycle_length": 16}),
+                       _f("input_preprocessing", 2.0, {"cycle_length": 4, "prefetch": 2})], 0, "")
+    assert plan.remedies[-1].changes == {"cycle_length": 4, "prefetch": 2}
+
+
+def test_a_single_low_finding_is_still_tried():
+    plan = plan_round([_f("serialized_h2d", 1.01, {"input_copy": "distributed"})], 3, "")
+    assert [r.finding_ids for r in plan.remedies] == [["serialized_h2d"]]
+
+
+def test_no_findings_or_no_changes_queue_nothing():
+    assert plan_round([], 0, "").remedies == []
+    plan = plan_round([_f("dstate_threads", 1.3, {})], 0, "")
+    assert plan.remedies == [] and "no finding with a configuration change" in plan.note
