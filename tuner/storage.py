@@ -3,8 +3,9 @@ several workers on several machines.
 
 Persistence is Optuna's own RDBStorage. Two mechanisms make a killed worker lose at most the trial
 it was running: a heartbeat (a RUNNING trial whose worker stopped beating for `GRACE_S` is failed by
-the next worker and re-queued by RetryHeartbeatStaleTrialCallback), and, on `--resume` on the same host,
-an immediate check that the recorded worker process is gone (no need to wait out the grace period).
+the next worker and queued again by RetryHeartbeatStaleTrialCallback), and, on `--resume` on the
+same host, an immediate check that the recorded worker process is gone (no need to wait out the
+grace period).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{started}"
 
 
-def _alive(worker: str) -> bool | None:
+def alive(worker: str) -> bool | None:
     """Whether a worker id's process still runs; None when it ran on another host."""
     try:
         host, pid, started = worker.rsplit(":", 2)
@@ -92,7 +93,7 @@ def recover_dead_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:
     recovered = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = t.user_attrs.get("worker")
-        if not worker or _alive(worker) is not False:
+        if not worker or alive(worker) is not False:
             continue
         storage.set_trial_user_attr(t._trial_id, "fail_reason",
                                     f"its worker {worker} died (killed?); queued again")

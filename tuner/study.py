@@ -27,13 +27,21 @@ from tuner import guidance, hardware
 from tuner.objective import MULTI_OBJECTIVE, Measurer, Objective, TrialSettings
 from tuner.runner import DEFAULT_WORKER, TrialFailed
 from tuner.space import SearchSpace
-from tuner.storage import default_url, open_storage, recover_dead_trials, redact, worker_id
+from tuner.storage import (
+    alive,
+    default_url,
+    open_storage,
+    recover_dead_trials,
+    redact,
+    worker_id,
+)
 
 SETUP_ATTR = "recadvisor"
 GUIDANCE_ATTR = "recadvisor_guidance"
 REMEASURE_PREFIX = "recadvisor_remeasure:"
 SAMPLERS = ("guided", "tpe", "random")
 DEFAULT_STUDY = "recadvisor-tune"
+SETUP_WAIT_S = 60  # how long a joining worker waits for the creator to publish the setup
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # TPE's random start: short on purpose, the budget is ~20 trials of ~15 s each. The same for
 # `guided` and `tpe`, so the only difference between them is the findings' queued trials.
@@ -159,22 +167,38 @@ class Tuner:
                             "--preset NAME or --config FILE to start one")
         self.hw = hardware.detect()
         directions = list(MULTI_OBJECTIVE) if s.multi_objective else ["maximize"]
-        study = optuna.create_study(
-            storage=self.storage, study_name=s.study_name, load_if_exists=True,
-            directions=directions, sampler=make_sampler(s.sampler, s.seed),
-            pruner=make_pruner(s.multi_objective),
-        )
+        sampler, pruner = make_sampler(s.sampler, s.seed), make_pruner(s.multi_objective)
+        created = False
+        try:  # creating a study is atomic in the database: exactly one worker creates it
+            study = optuna.create_study(storage=self.storage, study_name=s.study_name,
+                                        directions=directions, sampler=sampler, pruner=pruner)
+            created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            if not s.resume:
+                raise UserError(f"study {s.study_name!r} was just created by another worker: "
+                                "pass --resume to join it") from None
+            study = optuna.load_study(study_name=s.study_name, storage=self.storage,
+                                      sampler=sampler, pruner=pruner)
         if (len(study.directions) > 1) != s.multi_objective:
             kind = "multi-objective" if len(study.directions) > 1 else "single-objective"
             raise UserError(f"study {s.study_name!r} is {kind}: "
                             f"{'add' if kind[0] == 'm' else 'drop'} --multi-objective")
-        setup = study.user_attrs.get(SETUP_ATTR)
-        if setup is None:
+        if created:
             setup = self._new_setup()
+            space = SearchSpace.from_dict(setup["space"])
+            params, notes = space.params_for(setup["start_config"])
+            # The baseline is queued before the setup is published: a worker that sees the
+            # setup sees the baseline too, and only the creator ever queues one.
+            study.enqueue_trial(params, user_attrs={
+                "source": "baseline", "profile": s.sampler == "guided", "notes": notes})
             study.set_user_attr(SETUP_ATTR, setup)
-        elif s.start is not None and setup["start_config"] != s.start.to_dict():
-            raise UserError(f"study {s.study_name!r} was started from a different configuration; "
-                            "resume it without --preset/--config, or use --study NAME")
+        else:
+            setup = self._wait_for_setup(study)
+            if s.start is not None and setup["start_config"] != s.start.replace(
+                    **_frozen_by_data(s.data_dir)[1]).to_dict():
+                raise UserError(f"study {s.study_name!r} was started from a different "
+                                "configuration; resume it without --preset/--config, or use "
+                                "--study NAME")
         self.setup = setup
         self.start = TrainConfig.from_dict(setup["start_config"])
         self.space = SearchSpace.from_dict(setup["space"])
@@ -188,6 +212,18 @@ class Tuner:
         for n in recover_dead_trials(study, self.storage):
             self.log(f"trial {n} was running in a worker that died: failed and queued again")
         return study
+
+    def _wait_for_setup(self, study: optuna.Study) -> dict[str, Any]:
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:
+            setup = study.user_attrs.get(SETUP_ATTR)
+            if setup is not None:
+                return setup
+            if time.monotonic() > deadline:
+                raise UserError(f"study {study.study_name!r} has no recadvisor setup (was it "
+                                "created by another tool, or did its first worker die while "
+                                "setting it up?): use another --study")
+            time.sleep(0.5)
 
     def _new_setup(self) -> dict[str, Any]:
         s = self.s
@@ -229,23 +265,30 @@ class Tuner:
         )
 
     def run(self) -> None:
-        study = self.study
-        if baseline_trial(study) is None:
-            params, notes = self.space.params_for(self.start.to_dict())
-            study.enqueue_trial(params, user_attrs={
-                "source": "baseline", "profile": self.s.sampler == "guided", "notes": notes})
-            self.optimize(1)
-        base = baseline_trial(study)
-        if base is not None and base.state == TrialState.FAIL:
-            raise UserError(f"the starting configuration failed: "
-                            f"{base.user_attrs.get('fail_reason', '?')}")
+        if not self._baseline_done():
+            self.optimize(1)  # the queued baseline, unless another worker already took it
+        base = baseline_trial(self.study)
+        if base is None:
+            failed = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                      if t.user_attrs.get("source") == "baseline"]
+            reason = failed[-1].user_attrs.get("fail_reason", "?") if failed else "not queued"
+            raise UserError(f"the starting configuration failed: {reason}")
         if self.s.sampler == "guided":
             self.guide()
         self.optimize()
 
+    def _baseline_done(self) -> bool:
+        base = baseline_trial(self.study)
+        return base is not None and base.state == TrialState.COMPLETE
+
     # --- guidance ------------------------------------------------------------------------------
     def guide(self) -> None:
         state = self.study.user_attrs.get(GUIDANCE_ATTR) or {"rounds": []}
+        base = baseline_trial(self.study)
+        owner = state.get("owner") or (base.user_attrs.get("worker") if base else None)
+        if owner != self.me and owner is not None and alive(owner) is not False:
+            return  # the worker that measured the baseline guides; the others sample
+        state["owner"] = self.me
         for r in range(len(state["rounds"]), self.s.guide_rounds):
             if self.finished() >= self.s.trials:
                 return
