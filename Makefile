@@ -12,8 +12,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> installing recadvisor with TensorFlow (CPU) and dev tools into $(VENV)"
-	$(BIN)/python -m pip install --progress-bar off -e '.[tf,dev]'
+	@echo "==> installing recadvisor with TensorFlow (CPU), PostgreSQL driver and dev tools into $(VENV)"
+	$(BIN)/python -m pip install --progress-bar off -e '.[tf,postgres,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

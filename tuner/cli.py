@@ -40,8 +40,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--study", default=None, help="study name (default recadvisor-tune)")
     p.add_argument("--resume", action="store_true",
                    help="continue the study (or join it from another worker); creates it if new")
-    p.add_argument("--sampler", choices=("guided", "tpe", "random"), default="guided",
-                   help="guided: TPE warm-started from the findings (default)")
+    p.add_argument("--sampler", choices=("guided", "tpe", "random", "grid"), default="guided",
+                   help="guided: TPE warm-started from the findings (default); grid: every "
+                   "combination of a small categorical space")
     p.add_argument("--seed", type=int, help="sampler seed")
     p.add_argument("--multi-objective", action="store_true",
                    help="maximize samples/s and minimize devices; report the Pareto front")

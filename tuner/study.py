@@ -39,8 +39,9 @@ from tuner.storage import (
 SETUP_ATTR = "recadvisor"
 GUIDANCE_ATTR = "recadvisor_guidance"
 REMEASURE_PREFIX = "recadvisor_remeasure:"
-SAMPLERS = ("guided", "tpe", "random")
+SAMPLERS = ("guided", "tpe", "random", "grid")
 DEFAULT_STUDY = "recadvisor-tune"
+MAX_GRID = 512
 SETUP_WAIT_S = 60  # how long a joining worker waits for the creator to publish the setup
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # TPE's random start: short on purpose, the budget is ~20 trials of ~15 s each. The same for
@@ -87,6 +88,22 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                           n_startup_trials=TPE_STARTUP_TRIALS,
                                           constant_liar=True)
+
+
+def grid_sampler(space: SearchSpace, seed: int | None) -> optuna.samplers.GridSampler:
+    """Every combination of a small categorical space (the study stops when it is exhausted)."""
+    numeric = [k.name for k in space.knobs if k.kind != "categorical"]
+    if numeric:
+        raise UserError(f"--sampler grid needs categorical knobs only; {', '.join(numeric)} "
+                        "are ranges")
+    grid = {k.name: list(k.choices) for k in space.knobs}
+    size = 1
+    for choices in grid.values():
+        size *= len(choices)
+    if size > MAX_GRID:
+        raise UserError(f"--sampler grid: the space has {size:,} combinations (limit "
+                        f"{MAX_GRID}); narrow it with --space")
+    return optuna.samplers.GridSampler(grid, seed=seed)
 
 
 def make_pruner(multi_objective: bool) -> optuna.pruners.BasePruner:
@@ -202,6 +219,9 @@ class Tuner:
         self.setup = setup
         self.start = TrainConfig.from_dict(setup["start_config"])
         self.space = SearchSpace.from_dict(setup["space"])
+        if s.sampler == "grid":  # exhaustive: no pruning either
+            study.sampler = grid_sampler(self.space, s.seed)
+            study.pruner = optuna.pruners.NopPruner()
         gpus = self.hw.count if self.hw.accelerator == "GPU" else None
         self.measurer = Measurer(out=s.out, settings=s.trial, worker=tuple(s.worker),
                                  data_dir=s.data_dir, cache_root=s.cache_root, env=s.env)

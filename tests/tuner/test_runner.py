@@ -45,7 +45,8 @@ def test_hang_times_out(tmp_path):
 
 
 def test_memory_cap(tmp_path):
-    with pytest.raises(TrialFailed, match=r"out of memory: \d+ MiB resident, over the trial limit of 200 MiB"):
+    limit = r"out of memory: \d+ MiB resident, over the trial limit of 200 MiB"
+    with pytest.raises(TrialFailed, match=limit):
         _run(tmp_path, "1=oom", limits=Limits(timeout_s=30, memory_bytes=200 * 2**20))
 
 

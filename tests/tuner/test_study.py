@@ -15,7 +15,7 @@ import pytest
 
 from reference_model.presets import get_preset
 from tuner.objective import TrialSettings
-from tuner.study import TuneSettings, Tuner
+from tuner.study import Tuner, TuneSettings
 from tuner.summary import build_summary, write_outputs
 
 FAKE = Path(__file__).with_name("fake_worker.py")
@@ -237,3 +237,21 @@ def test_existing_study_needs_resume(tmp_path):
     assert more.returncode == 0, more.stderr
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["counts"]["complete"] + summary["counts"]["pruned"] == 4
+
+
+def test_grid_sampler_covers_a_small_space(tmp_path):
+    space = tmp_path / "space.toml"
+    space.write_text("[params.prefetch]\nchoices = [0, 2]\n[params.devices]\nchoices = [2, 4]\n")
+    tuner, _ = _tune(_settings(tmp_path, trials=10, sampler="grid", space_file=space,
+                               start=get_preset("default").config()))
+    seen = {(t.params["prefetch"], t.params["devices"]) for t in tuner.study.trials
+            if t.state.name == "COMPLETE"}
+    assert seen == {(0, 2), (0, 4), (2, 2), (2, 4)}
+    assert len(tuner.study.trials) <= 5  # the grid stops the study when it is exhausted
+
+
+def test_grid_sampler_refuses_a_huge_space(tmp_path):
+    from recadvisor.errors import UserError
+
+    with pytest.raises(UserError, match="combinations"):
+        _tune(_settings(tmp_path, sampler="grid"))
