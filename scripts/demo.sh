@@ -30,9 +30,11 @@ else
   skip analyze "analyzers, issue 5"
 fi
 
-stage "4/5 tune: short guided search from the findings"
+stage "4/5 tune: short guided search from the findings (each trial measured in its own process)"
 if has tune; then
-  "$RA" tune --preset default --trials 8 --out "$OUT/tune"
+  # --resume: a second `make demo` continues (or just re-reports) the same study.
+  "$RA" tune --preset default --trials 10 --remeasure 1 --top-k 2 --out "$OUT/tune" --resume |
+    tee "$OUT/tune.txt"
 else
   skip tune "tuner, issue 6"
 fi
@@ -42,7 +44,12 @@ echo "    everything is under $OUT:"
 echo "      dataset      $OUT/data"
 echo "      profile      $OUT/logdir/default  (TensorBoard: .venv/bin/tensorboard --logdir $OUT/logdir)"
 has analyze && echo "      findings     $OUT/findings.txt"
-has tune && echo "      tuning       $OUT/tune"
+has tune && echo "      tuning       $OUT/tune  (summary.json, best_config.json, best_command.txt, trials.csv)"
+if has tune && [ -f "$OUT/tune/best_command.txt" ]; then
+  echo "    the tuned job:    $(cat "$OUT/tune/best_command.txt")"
+  echo "    compare profiles: recadvisor train --config $OUT/tune/best_config.json --logdir $OUT/logdir/tuned"
+  echo "                      recadvisor diff $OUT/logdir/default $OUT/logdir/tuned"
+fi
 if has dashboard; then
   echo "    open the dashboard: .venv/bin/recadvisor dashboard --root $OUT"
 fi

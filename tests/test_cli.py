@@ -75,6 +75,8 @@ def test_bad_flag_on_real_subcommands_exits_2(capsys):
     assert "unrecognized arguments" in capsys.readouterr().err
     assert cli.main(["train", "--preset", "nope"]) == 2
     assert cli.main(["data", "--no-such-flag"]) == 2
+    assert cli.main(["tune", "--no-such-flag"]) == 2
+    assert cli.main(["tune", "--preset", "default"]) == 2  # --out is required
 
 
 def test_help_and_version(capsys):

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from tuner.objective import TrialSettings
     from tuner.render import render_summary, trial_line
     from tuner.study import DEFAULT_STUDY, Tuner, TuneSettings
-    from tuner.summary import build_summary, write_outputs
+    from tuner.summary import summarize_tuner, write_outputs
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     start, preset = _start(args)
@@ -156,11 +156,11 @@ def run(args: argparse.Namespace) -> int:
             tuner.remeasure_leaders()
         except KeyboardInterrupt:
             if tuner is not None and hasattr(tuner, "study"):
-                write_outputs(tuner, build_summary(tuner))
+                write_outputs(args.out, tuner.study, summarize_tuner(tuner))
                 log(f"interrupted: the finished trials are kept; resume with --resume "
                     f"(summary so far in {args.out / 'summary.json'})")
             raise
-    summary = build_summary(tuner)
-    paths = write_outputs(tuner, summary)
+    summary = summarize_tuner(tuner)
+    paths = write_outputs(args.out, tuner.study, summary)
     print(render_summary(summary, paths), end="")
     return 0

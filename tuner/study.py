@@ -25,6 +25,7 @@ from recadvisor.errors import UserError
 from reference_model.config import TrainConfig
 from tuner import guidance, hardware
 from tuner.objective import MULTI_OBJECTIVE, Measurer, Objective, TrialSettings
+from tuner.pruning import BehindBestPruner
 from tuner.runner import DEFAULT_WORKER, TrialFailed
 from tuner.space import SearchSpace
 from tuner.storage import (
@@ -47,11 +48,6 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 # TPE's random start: short on purpose, the budget is ~20 trials of ~15 s each. The same for
 # `guided` and `tpe`, so the only difference between them is the findings' queued trials.
 TPE_STARTUP_TRIALS = 5
-# Prune a trial whose running throughput is in the bottom third of what earlier trials had at the
-# same point, once four trials have finished and after its first two reports (noise).
-PRUNE_PERCENTILE = 33.0
-PRUNE_STARTUP_TRIALS = 4
-PRUNE_WARMUP_REPORTS = 2
 
 
 @dataclass
@@ -109,8 +105,7 @@ def grid_sampler(space: SearchSpace, seed: int | None) -> optuna.samplers.GridSa
 def make_pruner(multi_objective: bool) -> optuna.pruners.BasePruner:
     if multi_objective:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.PercentilePruner(PRUNE_PERCENTILE, n_startup_trials=PRUNE_STARTUP_TRIALS,
-                                           n_warmup_steps=PRUNE_WARMUP_REPORTS)
+    return BehindBestPruner()
 
 
 def throughput(t: FrozenTrial) -> float | None:
@@ -263,6 +258,7 @@ class Tuner:
             "space": space.to_dict(),
             "space_notes": notes,
             "hardware": dataclasses.asdict(self.hw),
+            "sampler": s.sampler,
             "objectives": ["samples_per_s", "devices"] if s.multi_objective
             else ["samples_per_s"],
             "trial_settings": dataclasses.asdict(s.trial),

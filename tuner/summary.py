@@ -125,8 +125,9 @@ def _verified(trials: list[FrozenTrial]) -> list[dict[str, Any]]:
     return out
 
 
-def build_summary(tuner: Tuner) -> dict[str, Any]:
-    study = tuner.study
+def build_summary(study: optuna.Study, *, storage_url: str, sampler: str | None = None,
+                  wall_s: float | None = None) -> dict[str, Any]:
+    """The summary of any recadvisor study (a running tuner's, or one loaded from storage)."""
     setup = study.user_attrs.get(SETUP_ATTR) or {}
     start = setup.get("start_config") or {}
     trials = study.get_trials(deepcopy=False)
@@ -137,8 +138,8 @@ def build_summary(tuner: Tuner) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "study": study.study_name,
-        "storage": redact(tuner.url),
-        "sampler": tuner.s.sampler,
+        "storage": redact(storage_url),
+        "sampler": sampler or setup.get("sampler"),
         "objectives": setup.get("objectives"),
         "preset": setup.get("preset"),
         "hardware": setup.get("hardware"),
@@ -147,7 +148,7 @@ def build_summary(tuner: Tuner) -> dict[str, Any]:
                   "notes": setup.get("space_notes", [])},
         "trial_settings": setup.get("trial_settings"),
         "counts": counts,
-        "wall_s": round(time.time() - tuner.started, 1),
+        "wall_s": round(wall_s, 1) if wall_s is not None else None,
     }
     base = baseline_trial(study)
     if base is None or base.state != TrialState.COMPLETE:
@@ -187,8 +188,29 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_outputs(tuner: Tuner, summary: dict[str, Any]) -> dict[str, Path]:
-    out = tuner.s.out
+def summarize_tuner(tuner: Tuner) -> dict[str, Any]:
+    return build_summary(tuner.study, storage_url=tuner.url, sampler=tuner.s.sampler,
+                         wall_s=time.time() - tuner.started)
+
+
+def summarize_storage(storage_url: str, study_name: str | None = None) -> dict[str, Any]:
+    """Summarize a study straight from its storage (the only study there when unnamed)."""
+    from tuner.storage import open_storage
+
+    storage = open_storage(storage_url)
+    names = [st.study_name for st in storage.get_all_studies()]
+    if study_name is None:
+        if len(names) != 1:
+            raise ValueError(f"{redact(storage_url)} holds {len(names)} studies "
+                             f"({', '.join(names) or 'none'}): name one")
+        study_name = names[0]
+    elif study_name not in names:
+        raise ValueError(f"no study {study_name!r} in {redact(storage_url)}")
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    return build_summary(study, storage_url=storage_url)
+
+
+def write_outputs(out: Path, study: optuna.Study, summary: dict[str, Any]) -> dict[str, Path]:
     paths = {"summary": out / "summary.json"}
     _write(paths["summary"], json.dumps(summary, indent=2, default=str) + "\n")
     if summary.get("best"):
@@ -196,8 +218,9 @@ def write_outputs(tuner: Tuner, summary: dict[str, Any]) -> dict[str, Path]:
         _write(paths["config"], json.dumps(summary["best"]["config"], indent=2) + "\n")
         paths["command"] = out / "best_command.txt"
         _write(paths["command"], summary["best"]["command"] + "\n")
-    df = tuner.study.trials_dataframe(attrs=("number", "state", "value", "values", "duration",
-                                             "params", "user_attrs"), multi_index=False)
+    value = "values" if len(study.directions) > 1 else "value"
+    df = study.trials_dataframe(attrs=("number", "state", value, "duration", "params",
+                                       "user_attrs"), multi_index=False)
     if not df.empty:
         paths["trials"] = out / "trials.csv"
         tmp = paths["trials"].with_name("trials.csv.tmp")

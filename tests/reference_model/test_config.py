@@ -49,11 +49,18 @@ def test_config_file_errors(tmp_path):
         ({"parse": "per_example"}, "needs --record-format example"),
         ({"embedding_split": "column", "devices": 3, "batch_size": 3072}, "divisible by"),
         ({"measure_steps": 0, "profile_steps": 0}, "nothing to run"),
+        # TF refuses num_parallel_calls above cycle_length deep inside the iterator
+        ({"cycle_length": 2, "interleave_parallelism": 4}, "between 1 and --cycle-length"),
+        ({"interleave_parallelism": 0}, "between 1 and --cycle-length"),
     ],
 )
 def test_invalid_combinations(changes, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig().replace(**changes).validate()
+
+
+def test_autotune_interleave_parallelism_is_valid_with_any_cycle_length():
+    TrainConfig().replace(cycle_length=1, interleave_parallelism=-1).validate()
 
 
 def test_more_devices_than_exist():

@@ -16,7 +16,7 @@ import pytest
 from reference_model.presets import get_preset
 from tuner.objective import TrialSettings
 from tuner.study import Tuner, TuneSettings
-from tuner.summary import build_summary, write_outputs
+from tuner.summary import summarize_storage, summarize_tuner, write_outputs
 
 FAKE = Path(__file__).with_name("fake_worker.py")
 WORKER = f"{sys.executable} {FAKE}"
@@ -58,7 +58,7 @@ def test_crash_and_hang_fail_with_reasons_and_the_study_completes(tmp_path):
     assert by[5].state.name == "FAIL" and "unreadable" in by[5].user_attrs["fail_reason"]
     ok = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(ok) == 5
-    summary = build_summary(tuner)
+    summary = summarize_tuner(tuner)
     assert summary["counts"]["fail"] == 3
     assert summary["best"]["samples_per_s"] >= summary["start"]["samples_per_s"]
     rows = {r["number"]: r for r in summary["trials"]}
@@ -67,7 +67,7 @@ def test_crash_and_hang_fail_with_reasons_and_the_study_completes(tmp_path):
 
 def test_baseline_is_the_start_config_and_speedup_is_against_it(tmp_path):
     tuner, _ = _tune(_settings(tmp_path, trials=12, sampler="tpe", remeasure=1, top_k=2))
-    summary = build_summary(tuner)
+    summary = summarize_tuner(tuner)
     base = tuner.study.trials[0]
     assert base.user_attrs["source"] == "baseline"
     assert base.user_attrs["config"] == get_preset("default").config().to_dict()
@@ -76,7 +76,7 @@ def test_baseline_is_the_start_config_and_speedup_is_against_it(tmp_path):
         summary["best"]["samples_per_s"] / summary["start"]["samples_per_s"], rel=1e-3)
     assert summary["best"]["spread"]["n"] == 2  # re-measured once
     assert summary["improvements"][0]["source"] == "baseline"
-    paths = write_outputs(tuner, summary)
+    paths = write_outputs(tuner.s.out, tuner.study, summary)
     best = json.loads(paths["config"].read_text())
     assert best == summary["best"]["config"]
     assert paths["command"].read_text().startswith("recadvisor train")
@@ -119,9 +119,11 @@ def test_pruner_stops_slow_trials(tmp_path):
 
 def test_multi_objective_reports_a_pareto_front(tmp_path):
     tuner, _ = _tune(_settings(tmp_path, trials=10, sampler="random", multi_objective=True))
-    summary = build_summary(tuner)
+    summary = summarize_tuner(tuner)
     front = summary["pareto_front"]
     assert front and all(p["command"].startswith("recadvisor train") for p in front)
+    paths = write_outputs(tuner.s.out, tuner.study, summary)
+    assert "values_0" in paths["trials"].read_text().splitlines()[0]
     devices = [p["devices"] for p in front]
     assert devices == sorted(devices)
     rates = [p["samples_per_s"] for p in front]
@@ -255,3 +257,13 @@ def test_grid_sampler_refuses_a_huge_space(tmp_path):
 
     with pytest.raises(UserError, match="combinations"):
         _tune(_settings(tmp_path, sampler="grid"))
+
+
+def test_summary_straight_from_storage(tmp_path):
+    tuner, _ = _tune(_settings(tmp_path, trials=3))
+    url = f"sqlite:///{tmp_path / 'out' / 'study.db'}"
+    s = summarize_storage(url)
+    assert s["study"] == "recadvisor-tune" and s["sampler"] == "random"
+    assert s["best"]["samples_per_s"] == summarize_tuner(tuner)["best"]["samples_per_s"]
+    with pytest.raises(ValueError, match="no study 'other'"):
+        summarize_storage(url, "other")
