@@ -79,8 +79,8 @@ def _start(args: argparse.Namespace):
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    for name in ("trials", "trial_seconds", "trial_timeout", "warmup_steps"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0 and name != "warmup_steps":
+    for name in ("trials", "trial_seconds", "trial_timeout"):
+        if getattr(args, name) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be positive")
     if args.warmup_steps < 0 or args.remeasure < 0 or args.top_k < 1 or args.guide_rounds < 0:
         raise UserError("--warmup-steps, --remeasure and --guide-rounds must be >= 0, "

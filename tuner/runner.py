@@ -41,6 +41,9 @@ class TrialStopped(Exception):
 @dataclass
 class Limits:
     timeout_s: float = 600.0
+    # A trial reports about once a second while timed: this long without a report after the
+    # first one means it hung (TF 2.21's input pipeline occasionally stops with the CPU idle).
+    stall_s: float | None = 60.0
     memory_bytes: int | None = None  # RSS of the trial's whole process tree
     poll_s: float = 0.2
 
@@ -159,6 +162,7 @@ def run_trial(
     progress: list[dict[str, Any]] = []
     result: dict[str, Any] | None = None
     eof = False
+    last_report = started
     try:
         while True:
             try:
@@ -168,6 +172,7 @@ def run_trial(
             if msg is None:
                 eof = True
             elif msg:
+                last_report = time.monotonic()
                 if msg["event"] == "progress":
                     progress.append(msg)
                     if on_progress is not None and on_progress(msg):
@@ -181,7 +186,13 @@ def run_trial(
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=limits.poll_s)
                 continue
-            elapsed = time.monotonic() - started
+            now = time.monotonic()
+            if (limits.stall_s and progress and result is None
+                    and now - last_report > limits.stall_s):
+                _kill(proc)
+                raise TrialFailed(f"stalled: no progress for {limits.stall_s:.0f} s after "
+                                  f"{len(progress)} reports (hung)")
+            elapsed = now - started
             if elapsed > limits.timeout_s:
                 _kill(proc)
                 raise TrialFailed(f"timed out after {limits.timeout_s:.0f} s "

@@ -180,6 +180,9 @@ class Tuner:
         self.hw = hardware.detect()
         directions = list(MULTI_OBJECTIVE) if s.multi_objective else ["maximize"]
         sampler, pruner = make_sampler(s.sampler, s.seed), make_pruner(s.multi_objective)
+        # Validate the start and the space before creating anything: a bad space file must not
+        # leave an empty study behind that the corrected rerun then trips over.
+        fresh = self._new_setup() if not exists else None
         created = False
         try:  # creating a study is atomic in the database: exactly one worker creates it
             study = optuna.create_study(storage=self.storage, study_name=s.study_name,
@@ -196,7 +199,7 @@ class Tuner:
             raise UserError(f"study {s.study_name!r} is {kind}: "
                             f"{'add' if kind[0] == 'm' else 'drop'} --multi-objective")
         if created:
-            setup = self._new_setup()
+            setup = fresh or self._new_setup()
             space = SearchSpace.from_dict(setup["space"])
             params, notes = space.params_for(setup["start_config"])
             # The baseline is queued before the setup is published: a worker that sees the

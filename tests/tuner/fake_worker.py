@@ -3,7 +3,8 @@ a fixed function of the configuration, in milliseconds instead of a TensorFlow s
 
 FAKE_TRIAL_PLAN="2=crash,3=hang" makes the named trials misbehave (the trial number is read from
 the request file's name): crash (abort, SIGABRT), hang (no output, sleeps), fail (one error line,
-exit 2), oom (holds 400 MB), slow (sleeps FAKE_SLOW_S before answering). FAKE_PID_DIR gets one
+exit 2), oom (holds 400 MB), slow (sleeps FAKE_SLOW_S before answering),
+stall (one progress report, then silence). FAKE_PID_DIR gets one
 file per running worker named after its pid.
 """
 
@@ -59,6 +60,10 @@ def main() -> int:
     seconds = float(req["measure_seconds"])
     steps = 0
     t0 = time.perf_counter()
+    if action == "stall":  # one report, then nothing: hung in the middle of its timed window
+        print(protocol.encode({"event": "progress", "steps": 1, "elapsed_s": 0.1,
+                               "samples_per_s": value}), flush=True)
+        time.sleep(3600)
     while time.perf_counter() - t0 < seconds:
         time.sleep(seconds / 4)
         steps += 1

@@ -83,3 +83,10 @@ def test_steady_rate_skips_the_prefetched_start():
         elapsed.append(t)
     assert protocol.steady_rate(100, elapsed) == pytest.approx(200.0)
     assert protocol.steady_rate(100, []) is None
+
+
+def test_a_trial_that_stops_reporting_is_killed_as_stalled(tmp_path):
+    # "slow" sleeps after its first report: a stall, long before the overall timeout.
+    with pytest.raises(TrialFailed, match="stalled: no progress for 1 s after 1 reports"):
+        run_trial(_req(seconds=0.3), workdir=tmp_path, name="trial-0001", worker=FAKE,
+                  env={"FAKE_TRIAL_PLAN": "1=stall"}, limits=Limits(timeout_s=60, stall_s=1))

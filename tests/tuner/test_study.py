@@ -267,3 +267,25 @@ def test_summary_straight_from_storage(tmp_path):
     assert s["best"]["samples_per_s"] == summarize_tuner(tuner)["best"]["samples_per_s"]
     with pytest.raises(ValueError, match="no study 'other'"):
         summarize_storage(url, "other")
+
+
+def test_clamp_applies_when_the_space_tunes_cycle_length_alone(tmp_path):
+    space = tmp_path / "space.toml"
+    space.write_text("[params.cycle_length]\nchoices = [1, 2]\n")
+    start = get_preset("clean").config()  # interleave_parallelism 4
+    tuner, _ = _tune(_settings(tmp_path, trials=4, sampler="grid", space_file=space, start=start))
+    for t in tuner.study.trials:
+        assert t.state.name == "COMPLETE", t.user_attrs.get("fail_reason")
+        cfg = t.user_attrs["config"]
+        assert cfg["interleave_parallelism"] <= cfg["cycle_length"]
+
+
+def test_a_bad_space_leaves_no_study_behind(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[params.nope]\nchoices=[1]\n")
+    out = tmp_path / "o"
+    args = ["--preset", "default", "--trials", "2", "--out", str(out), "--worker", WORKER,
+            "--sampler", "random", "--trial-seconds", "0.1", "--remeasure", "0", "--no-progress"]
+    assert _cli(*args, "--space", str(bad)).returncode == 2
+    res = _cli(*args)
+    assert res.returncode == 0, res.stderr
