@@ -52,5 +52,7 @@ if has tune && [ -f "$OUT/tune/best_command.txt" ]; then
 fi
 if has dashboard; then
   echo "    open the dashboard: .venv/bin/recadvisor dashboard --root $OUT"
+else
+  echo "    dashboard: not built yet (issue 7); the JSON above is what it will show"
 fi
 echo "    demo took $(( $(date +%s) - T0 )) s"
