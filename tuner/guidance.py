@@ -19,12 +19,22 @@ from analyzers.findings import Finding
 ACTIONABLE_ALONE = ("high", "medium")
 
 
+LARGER_BATCH = "larger_batch"  # not a finding: seed 000's last step once the bottlenecks are gone
+
+
 @dataclass
 class Remedy:
     finding_ids: list[str]
     changes: dict[str, Any]
     estimated_speedup: float
     severity: str
+
+    @property
+    def source(self) -> str:
+        if LARGER_BATCH in self.finding_ids:
+            rest = [f for f in self.finding_ids if f != LARGER_BATCH]
+            return "seed000:larger_batch" + ("+" + "+".join(rest) if rest else "")
+        return "finding:" + "+".join(self.finding_ids)
 
 
 @dataclass
@@ -79,3 +89,20 @@ def plan_round(findings: list[Finding], analyzed_trial: int, logdir: str) -> Rou
 
 def remedy_config(base: Mapping[str, Any], remedy: Remedy) -> dict[str, Any]:
     return {**base, **remedy.changes}
+
+
+def add_larger_batch(plan: RoundPlan, batch_size: int, allowed: list[int]) -> None:
+    """Seed 000: "now that the casting / memory consumption issues were resolved, you can increase
+    the batch size to reduce the # of calls between the host and devices". No detector proposes
+    it, so it is queued once no finding is medium or high any more: the step is no longer held
+    up by a named cause, and fewer, larger steps are what is left. It goes on top of the round's
+    remaining (low) remedies."""
+    if any(f["severity"] in ACTIONABLE_ALONE for f in plan.findings):
+        return
+    bigger = [b for b in allowed if b > batch_size]
+    if not bigger:
+        return
+    changes = dict(plan.remedies[-1].changes) if plan.remedies else {}
+    ids = list(plan.remedies[-1].finding_ids) if plan.remedies else []
+    changes["batch_size"] = min(bigger)
+    plan.remedies.append(Remedy([LARGER_BATCH, *ids], changes, 1.0, "low"))

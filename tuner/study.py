@@ -348,6 +348,10 @@ class Tuner:
             self.log(f"guidance: cannot analyze {logdir}: {e}")
             return None
         plan = guidance.plan_round(findings, target.number, str(logdir))
+        batch = next((k for k in self.space.knobs if k.name == "batch_size"), None)
+        if batch is not None and batch.kind == "categorical":
+            guidance.add_larger_batch(plan, int(target.user_attrs["config"]["batch_size"]),
+                                      sorted(int(c) for c in batch.choices))
         shown = ", ".join(f"{f['id']} ({f['severity']}, est. {f['estimated_speedup']:.2f}x)"
                           for f in plan.findings) or "none"
         self.log(f"guidance round {r + 1}: trial {target.number} findings: {shown}")
@@ -367,9 +371,10 @@ class Tuner:
             if (params, fixed) in tried:
                 continue
             tried.append((params, fixed))
-            source = "finding:" + "+".join(remedy.finding_ids)
+            source = remedy.source
             self.study.enqueue_trial(params, user_attrs={
-                "source": source, "findings": remedy.finding_ids, "round": r,
+                "source": source, "round": r,
+                "findings": [f for f in remedy.finding_ids if f != guidance.LARGER_BATCH],
                 "from_trial": target.number, "estimated_speedup": round(
                     remedy.estimated_speedup, 3), "fixed_changes": fixed, "notes": notes})
             queued.append({"findings": remedy.finding_ids, "changes": remedy.changes})
