@@ -228,6 +228,11 @@ class Capture:
     def run(self) -> int:
         self.before = list_runs(self.logdir)
         t0 = time.time_ns()
+        # Started in the background (nohup, `cmd &`, many CI runners) we inherit SIGINT ignored,
+        # and an ignored signal stays ignored across exec: the job would never see the Ctrl-C we
+        # forward. It must start with the default disposition (our handler is installed below).
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             child = subprocess.Popen(self.command, env=self.child_env(t0))
         except FileNotFoundError:
