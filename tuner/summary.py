@@ -13,7 +13,6 @@ half a file):
 from __future__ import annotations
 
 import json
-import shlex
 import statistics
 import time
 import warnings
@@ -23,7 +22,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from reference_model.config import TrainConfig, config_to_flags
+from reference_model import train_cli
+from reference_model.config import TrainConfig
 from tuner.storage import redact
 from tuner.study import (
     GUIDANCE_ATTR,
@@ -39,8 +39,7 @@ MIN_TRIALS_FOR_IMPORTANCE = 4
 
 
 def train_command(config: dict[str, Any]) -> str:
-    cfg = TrainConfig.from_dict(config)
-    return shlex.join(["recadvisor", "train", *config_to_flags(cfg)])
+    return train_cli.train_command(TrainConfig.from_dict(config))
 
 
 def _samples(t: FrozenTrial, extra: dict[int, list[float]]) -> list[float]:

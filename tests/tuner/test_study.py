@@ -15,7 +15,7 @@ import pytest
 
 from reference_model.presets import get_preset
 from tuner.objective import TrialSettings
-from tuner.study import Tuner, TuneSettings
+from tuner.study import TuneSettings, run_tune
 from tuner.summary import summarize_storage, summarize_tuner, write_outputs
 
 FAKE = Path(__file__).with_name("fake_worker.py")
@@ -33,11 +33,7 @@ def _settings(tmp_path, **kw):
 
 def _tune(s):
     logs = []
-    tuner = Tuner(s, logs.append, lambda t: None)
-    tuner.open()
-    tuner.run()
-    tuner.remeasure_leaders()
-    return tuner, logs
+    return run_tune(s, logs.append, lambda t: None), logs
 
 
 def _cli(*args, env=None, timeout=120):
@@ -127,7 +123,8 @@ def test_multi_objective_reports_a_pareto_front(tmp_path):
     devices = [p["devices"] for p in front]
     assert devices == sorted(devices)
     rates = [p["samples_per_s"] for p in front]
-    assert rates == sorted(rates) or len(set(devices)) == len(devices)
+    # On a Pareto front of (max samples/s, min devices), more devices must buy more throughput.
+    assert rates == sorted(rates)
 
 
 def test_guided_without_a_profile_falls_back_to_the_sampler(tmp_path):
