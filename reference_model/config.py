@@ -69,6 +69,9 @@ class TrainConfig:
     warmup_steps: int = 10
     measure_steps: int = 60
     profile_steps: int = 6
+    # The profiled window also lasts at least this long: the OS sampler's thread roles and CPU
+    # shares need ~50+ samples (docs/trace-signals.md, "Sampler"); 6 fast steps gave it 16.
+    profile_seconds: float = 1.5
     cardinalities: tuple[int, ...] | None = field(default=None)
 
     def validate(self, max_devices: int | None = None) -> None:
@@ -106,6 +109,8 @@ class TrainConfig:
         for name in ("warmup_steps", "measure_steps", "profile_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.profile_seconds < 0:
+            raise ValueError("--profile-seconds must be >= 0")
         if self.measure_steps == 0 and self.profile_steps == 0:
             raise ValueError("nothing to run: --measure-steps and --profile-steps are both 0")
 

@@ -181,16 +181,20 @@ def run_training(
                 _progress(cfg.profile_steps, "profile", progress) as bar,
                 ProfileWindow(logdir, python_tracer_level=1 if python_trace else 0) as win,
             ):
-                for i in range(first, first + cfg.profile_steps):
+                i = first
+                t_prof = time.perf_counter()
+                while (i < first + cfg.profile_steps
+                       or time.perf_counter() - t_prof < cfg.profile_seconds):
                     with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
                         losses.append(float(step()))
                     bar.update()
+                    i += 1
             run_dir = win.run_dir
             window = {
                 "start_unix_ns": win.start_ns,
                 "end_unix_ns": win.end_ns,
                 "first_step": first,
-                "last_step": first + cfg.profile_steps - 1,
+                "last_step": i - 1,
                 "sampler": win.sampler_info,
             }
     auc = evaluate_auc(model, manifest, cfg) if evaluate else None

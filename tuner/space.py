@@ -29,7 +29,7 @@ from reference_model.config import AUTOTUNE, TrainConfig
 DEFAULT_SPACE = Path(__file__).with_name("spaces") / "default.toml"
 KINDS = ("categorical", "int", "float")
 # Knobs that say how long to run, not how to train: tuning them would only game the measurement.
-NOT_TUNABLE = frozenset({"warmup_steps", "measure_steps", "profile_steps"})
+NOT_TUNABLE = frozenset({"warmup_steps", "measure_steps", "profile_steps", "profile_seconds"})
 ACCELERATOR_KEY = "accelerator"
 _KEYS = {"type", "choices", "low", "high", "step", "log", "when", "otherwise", "at_most", "limit"}
 _FIELD_DEFAULTS = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}

@@ -127,9 +127,10 @@ CPU_BOUND_UTILIZATION = 0.6
 CPU_BOUND_OP_SHARE = 0.5
 # Reads are effectively sequential when fewer inputs than this are open on average AND at most
 # MAX_OPEN_SEQUENTIAL at once. A parallel interleave with cycle_length 1 still opens the next
-# input early: TF 2.21 traces show mean 1.7-2.0, max 3; cycle_length 4 shows mean 2.4-4.8, max 4-7
+# input early: TF 2.21 traces show mean 1.7-2.8, max 3; cycle_length 4 shows mean 5.0-7.8, max 8-12
+# over 17-36 step windows (6-step windows read lower: cycle_length 4 gave 2.4-4.8, max 4-7)
 # (docs/trace-signals.md, "tf.data").
-MIN_READER_CONCURRENCY = 2.5
+MIN_READER_CONCURRENCY = 3.5
 MAX_OPEN_SEQUENTIAL = 3
 
 
