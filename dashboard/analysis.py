@@ -1,0 +1,137 @@
+"""One analyzed run as the pages need it: the analyzers' Report plus the tables the charts read.
+
+Everything here comes from `analyzers` (report, steps, sampler tables); the dashboard adds only
+the slicing for its charts. No Streamlit in this module: the pages cache `load_view` results.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzers.report import Report, analyze
+from analyzers.steps import ALL_CATEGORIES
+
+MAX_TIMELINE_EVENTS = 4000  # per step; the longest are kept, the page says how many were left
+
+
+@dataclass
+class RunView:
+    label: str
+    path: Path
+    report: Report
+    summary: dict[str, Any]  # Report.to_dict(): the same JSON `recadvisor analyze` prints
+    load_s: float
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.report.ctx.steps.table
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return self.summary["findings"]
+
+
+def load_view(path: Path, label: str | None = None) -> RunView:
+    """Analyze the run at `path` (raises ValueError / OSError on unreadable input)."""
+    t0 = time.perf_counter()
+    report = analyze(path)
+    return RunView(label=label or report.run.name, path=path, report=report,
+                   summary=report.to_dict(), load_s=time.perf_counter() - t0)
+
+
+def step_breakdown_ms(view: RunView) -> pd.DataFrame:
+    """One row per step: its start and the ms each category took (the analyzers' attribution)."""
+    t = view.steps
+    if t.empty:
+        return pd.DataFrame(columns=["step", "start_ms", "dur_ms", *ALL_CATEGORIES])
+    out = pd.DataFrame({"step": t["step"].to_numpy(), "start_ms": t["start_ns"] / 1e6,
+                        "dur_ms": t["dur_ns"] / 1e6})
+    for c in ALL_CATEGORIES:
+        out[c] = t[c].to_numpy() / 1e6
+    return out
+
+
+def step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
+    """Events that overlap step `step`, clipped to it, times in ms from the step's start; and
+    how many were left out (MAX_TIMELINE_EVENTS, shortest first)."""
+    t = view.steps
+    row = t[t["step"] == step]
+    if row.empty:
+        raise ValueError(f"no step {step} in this run")
+    s0, s1 = int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
+    ev = view.report.ctx.events
+    starts = ev["start_ns"].to_numpy()
+    ends = ev["end_ns"].to_numpy()
+    mask = (starts < s1) & (ends > s0)
+    sel = ev.loc[mask, ["plane", "line", "name", "kind", "start_ns", "end_ns"]]
+    left_out = max(0, len(sel) - MAX_TIMELINE_EVENTS)
+    if left_out:
+        sel = sel.assign(_d=sel["end_ns"] - sel["start_ns"]).nlargest(MAX_TIMELINE_EVENTS, "_d")
+    start = np.maximum(sel["start_ns"].to_numpy(), s0)
+    end = np.minimum(sel["end_ns"].to_numpy(), s1)
+    out = pd.DataFrame({
+        "track": (sel["plane"].astype(str) + " / " + sel["line"].astype(str)).to_numpy(),
+        "name": sel["name"].astype(str).to_numpy(),
+        "kind": sel["kind"].astype(str).to_numpy(),
+        "start_ms": (start - s0) / 1e6,
+        "dur_ms": (end - start) / 1e6,
+    })
+    return out.sort_values(["track", "start_ms"], ignore_index=True), left_out
+
+
+def step_window_ms(view: RunView, step: int) -> tuple[float, float]:
+    t = view.steps
+    row = t[t["step"] == step].iloc[0]
+    return float(row["start_ns"]) / 1e6, float(row["end_ns"]) / 1e6
+
+
+def stalls_in_step(view: RunView, step: int) -> list[dict[str, Any]]:
+    """The findings' time ranges (ms from the trace start) that fall in `step`, in step-relative
+    ms, with the finding that named them: what the timeline highlights."""
+    lo, hi = step_window_ms(view, step)
+    out = []
+    for f in view.findings:
+        for a, b in f["evidence"]["time_ranges_ms"]:
+            if a < hi and b > lo:
+                out.append({"finding": f["id"], "start_ms": max(a, lo) - lo,
+                            "end_ms": min(b, hi) - lo})
+    return out
+
+
+def worst_steps(view: RunView, n: int = 5) -> list[int]:
+    t = view.steps
+    return [int(s) for s in t.nlargest(n, "dur_ns")["step"]] if not t.empty else []
+
+
+def thread_states(view: RunView) -> pd.DataFrame | None:
+    """Per sampler sweep: threads Running, Sleeping, in D-state, other; ms from the trace start.
+    None when the run has no sampler data."""
+    th = view.report.run.threads
+    if th is None or th.empty:
+        return None
+    state = th["state"].astype(str)
+    kinds = np.where(state.isin(["R", "S", "D"]), state, "other")
+    counts = pd.crosstab(th["t_ns"].to_numpy(), kinds)
+    for c in ("R", "S", "D", "other"):
+        if c not in counts:
+            counts[c] = 0
+    out = counts[["R", "S", "D", "other"]].reset_index(names="t_ns")
+    out.columns.name = None
+    out["t_ms"] = out["t_ns"] / 1e6
+    return out.drop(columns="t_ns")
+
+
+def process_cpu(view: RunView) -> pd.DataFrame | None:
+    """The traced process's CPU use per sweep, as a share of all cores (0-100%)."""
+    pr = view.report.run.process
+    if pr is None or pr.empty or "cpu_percent" not in pr:
+        return None
+    n = view.report.ctx.n_cpus or (int(pr["n_cpus"].iloc[0]) if "n_cpus" in pr else 1)
+    return pd.DataFrame({"t_ms": pr["t_ns"] / 1e6,
+                         "cpu_pct": pr["cpu_percent"].astype(float) / max(n, 1)})

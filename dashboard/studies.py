@@ -1,0 +1,84 @@
+"""Tuning studies the dashboard can open: SQLite files under the root, or a storage URL.
+
+A `.db` under the root is offered only if it already is an Optuna database (checked read-only),
+so opening the page never creates tables in somebody else's SQLite file; a `sqlite:///` URL typed
+in the page must point under the root as well.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from dashboard.paths import under_root
+from tuner.storage import redact
+
+MAX_STUDY_FILES = 50
+
+
+def is_optuna_db(path: Path) -> bool:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2)
+    except sqlite3.Error:
+        return False
+    try:
+        rows = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND "
+                           "name IN ('studies', 'trials')").fetchall()
+        return len(rows) == 2
+    except sqlite3.Error:
+        return False
+    finally:
+        con.close()
+
+
+def find_study_files(root: Path) -> list[Path]:
+    found = []
+    for p in sorted(root.rglob("*.db")):
+        if p.is_file() and is_optuna_db(p):
+            found.append(p)
+            if len(found) >= MAX_STUDY_FILES:
+                break
+    return found
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+def check_url(root: Path, url: str) -> str:
+    """The URL to open; a SQLite file must exist under the root and be an Optuna database."""
+    url = url.strip()
+    if "://" not in url:
+        raise ValueError(f"{url!r} is not a storage URL (sqlite:///path/study.db or "
+                         "postgresql+psycopg://user:pass@host/db)")
+    if url.startswith("sqlite"):
+        prefix = "sqlite:///"
+        rest = url[len(prefix):].split("?", 1)[0] if url.startswith(prefix) else ""
+        if not rest or rest == ":memory:":
+            raise ValueError("a SQLite storage URL names a file: sqlite:///path/study.db")
+        # sqlite:////abs/x.db is absolute; sqlite:///x.db is taken relative to the root.
+        path = under_root(root, rest)
+        if not path.is_file():
+            raise ValueError(f"no such study file: {path}")
+        if not is_optuna_db(path):
+            raise ValueError(f"{path} is not an Optuna study database")
+        return sqlite_url(path)
+    return url
+
+
+def study_names(url: str) -> list[str]:
+    from tuner.storage import open_storage
+
+    storage = open_storage(url)
+    return [s.study_name for s in storage.get_all_studies()]
+
+
+def load_summary(url: str, study: str) -> dict[str, Any]:
+    from tuner.summary import summarize_storage
+
+    return summarize_storage(url, study)
+
+
+__all__ = ["check_url", "find_study_files", "load_summary", "redact", "sqlite_url",
+           "study_names"]

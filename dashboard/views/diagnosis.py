@@ -1,0 +1,98 @@
+"""Diagnosis: one run's findings (cards by impact), step breakdown, a step's timeline, and the
+sampler's thread states."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import analysis, charts, ui
+
+st.title("Diagnosis")
+options = ui.run_options()
+choice = ui.pick_run("run", "diagnosis_run", options)
+if choice is None:
+    st.info("No runs to diagnose: none under the root and none uploaded (see Runs).")
+    st.stop()
+
+view = None
+with ui.shown_errors(f"cannot analyze {choice}"), st.spinner(f"analyzing {choice}"):
+    view = ui.view_for(choice, options[choice])
+if view is None:
+    st.stop()
+
+d = view.summary
+steps = d["steps"]
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("median step", f"{steps['median_ms']:.1f} ms" if steps["found"] else "—")
+c2.metric("steps", steps["count"])
+c3.metric("samples/s", ui.fmt_rate(d["samples_per_s"]))
+hw = d["hardware"]
+c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}")
+st.caption(f"{d['run_dir']} · sampler data: {'yes' if d['sampler'] else 'no'} · "
+           f"analyzed in {view.load_s:.1f} s")
+for w in d["warnings"]:
+    st.warning(w)
+if not steps["found"]:
+    st.error("No steps found: the trace has no step markers (step_num) and no repeated train "
+             "function calls, so nothing can be said per step.")
+    st.stop()
+
+st.header("Findings")
+if not view.findings:
+    st.success("No findings: nothing in this trace costs a measurable share of step time.")
+counts = {sev: sum(f["severity"] == sev for f in view.findings) for sev in ui.SEVERITY_BADGE}
+if view.findings:
+    st.markdown(" ".join(f"{ui.SEVERITY_BADGE[k]} {v}" for k, v in counts.items() if v)
+                + " — ordered by estimated impact")
+for f in view.findings:
+    impact = f["impact"]
+    with st.container(border=True):
+        st.markdown(f"#### {ui.SEVERITY_BADGE.get(f['severity'], '')} {f['title']}")
+        st.markdown(f"`{f['id']}` · **{impact['step_fraction']:.0%}** of step time · estimated "
+                    f"speedup if fixed **{impact['estimated_speedup']:.2f}x**")
+        st.markdown("\n".join(f"- {line}" for line in f["evidence"]["summary"]))
+        st.markdown(f"**Remedy:** {f['remedy']['text']}")
+        if f["remedy"]["command"]:
+            st.code(f["remedy"]["command"], language="bash", wrap_lines=True)
+        tops = f["evidence"]["top_events"]
+        if tops:
+            with st.expander("events behind it"):
+                st.dataframe(pd.DataFrame(tops), hide_index=True, width="stretch")
+for s in d["skipped"]:
+    st.caption(f"not checked: `{s['id']}`: {s['reason']}")
+
+st.header("Step breakdown")
+table = analysis.step_breakdown_ms(view)
+st.plotly_chart(charts.step_breakdown(table), key="breakdown")
+shares = pd.DataFrame([{"category": k, "share of step time": v}
+                       for k, v in sorted(d["breakdown"].items(), key=lambda kv: -kv[1]) if v])
+st.dataframe(shares, hide_index=True,
+             column_config={"share of step time": st.column_config.ProgressColumn(
+                 format="percent", min_value=0.0, max_value=1.0)})
+
+st.header("Timeline")
+worst = analysis.worst_steps(view, 1)
+all_steps = [int(s) for s in table["step"]]
+step = st.selectbox("step", all_steps, index=all_steps.index(worst[0]) if worst else 0,
+                    format_func=lambda s: f"{s}" + (" (slowest)" if worst and s == worst[0]
+                                                    else ""), key="timeline_step")
+events, left_out = analysis.step_events(view, step)
+stalls = analysis.stalls_in_step(view, step)
+st.plotly_chart(charts.step_timeline(events, stalls, step), key="timeline")
+waits = events[events["kind"] == "input_wait"]
+st.caption(f"{len(events)} events in step {step}"
+           + (f" ({left_out} shortest left out)" if left_out else "")
+           + f"; red: input waits ({waits['dur_ms'].sum():.1f} ms)"
+           + (f" and the time ranges of {', '.join(sorted({s['finding'] for s in stalls}))}"
+              if stalls else ""))
+
+st.header("Thread states")
+states = analysis.thread_states(view)
+if states is None:
+    st.info("No OS sampler data in this run: capture with `recadvisor capture` or "
+            "`recadvisor train --logdir` to get thread states (R/S/D) and CPU use.")
+else:
+    st.plotly_chart(charts.thread_states(states, analysis.process_cpu(view)), key="threads")
+    st.caption(f"{len(states)} sweeps; D = uninterruptible (usually I/O) sleep. Peak "
+               f"{int(states['D'].max())} threads in D, {int(states['R'].max())} running.")

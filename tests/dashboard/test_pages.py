@@ -1,0 +1,224 @@
+"""Every page under Streamlit's AppTest, on real logdirs from the reference trainer and studies
+from the tuner (tests/dashboard/conftest.py)."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard.conftest import CORRUPT_RUN, SLOW_PRESET, run_key
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = Path(__file__).parents[2] / "dashboard" / "app.py"
+TIMEOUT = 180  # the first analysis of a run takes seconds on a 2-core machine
+
+
+def _app(monkeypatch, root: Path, page: str, **params: str) -> AppTest:
+    monkeypatch.setenv("RECADVISOR_DASHBOARD_ROOT", str(root))
+    monkeypatch.delenv("RECADVISOR_DASHBOARD_STORAGE", raising=False)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.switch_page(f"views/{page}.py").run()
+
+
+def _text(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [e.value for e in (*at.error, *at.warning, *at.info, *at.success)]
+    parts += [c.value for c in at.code] + [f"{m.label}={m.value}" for m in at.metric]
+    return "\n".join(str(p) for p in parts)
+
+
+def _no_exceptions(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def test_runs_page_lists_every_run_with_its_top_finding(monkeypatch, dash_root):
+    at = _app(monkeypatch, dash_root, "runs")
+    _no_exceptions(at)
+    df = at.dataframe[0].value
+    runs = dict(zip(df["run"], df["top finding"], strict=True))
+    slow, clean = run_key(dash_root, SLOW_PRESET), run_key(dash_root, "clean")
+    assert runs[slow].startswith("high: input_preprocessing"), runs
+    assert not runs[clean].startswith(("high", "medium")), runs
+    assert df.set_index("run").loc[slow, "samples/s"] > 0
+    assert "preset low_parallelism" in df.set_index("run").loc[slow, "config"]
+    # The corrupt run is listed; its analysis error is a one-line message, not a traceback.
+    assert CORRUPT_RUN in runs and runs[CORRUPT_RUN] == ""
+    errors = [e.value for e in at.error]
+    assert any(CORRUPT_RUN in e for e in errors) and all("\n" not in e for e in errors), errors
+
+
+def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, dash_root):
+    key = run_key(dash_root, SLOW_PRESET)
+    at = _app(monkeypatch, dash_root, "diagnosis", run=key)
+    _no_exceptions(at)
+    assert at.selectbox(key="diagnosis_run").value == key
+    text = _text(at)
+    assert "The input pipeline holds up training" in text
+    assert ":red-badge[HIGH]" in text  # the card's severity
+    fix = [c.value for c in at.code]
+    # The input finding's fix undoes the preset (one reader, no prefetch): back to the defaults.
+    assert fix[0].startswith("recadvisor train"), fix
+    assert "--cycle-length 1" not in fix[0] and "--prefetch 0" not in fix[0], fix
+    assert _charts(at) == 3  # breakdown, timeline, thread states
+    step = at.selectbox(key="timeline_step")
+    assert f"{step.value} (slowest)" in step.options, step.options
+    assert "red: input waits" in text and "No OS sampler data" not in text
+    # Another step re-renders the timeline.
+    other = next(s for s in step.options if "slowest" not in s)
+    at.selectbox(key="timeline_step").set_value(int(other)).run()
+    _no_exceptions(at)
+    assert f"events in step {other}" in _text(at)
+
+
+def test_diagnosis_of_a_clean_run_has_no_serious_findings(monkeypatch, dash_root):
+    at = _app(monkeypatch, dash_root, "diagnosis", run=run_key(dash_root, "clean"))
+    _no_exceptions(at)
+    text = _text(at)
+    assert "HIGH]" not in text and "MEDIUM]" not in text
+    assert "The input pipeline holds up training" not in text
+
+
+def test_diagnosis_refuses_paths_outside_the_root(monkeypatch, dash_root):
+    at = _app(monkeypatch, dash_root, "diagnosis", run="../../../etc")
+    _no_exceptions(at)
+    assert any("outside the dashboard root" in e.value for e in at.error)
+
+
+def test_diagnosis_of_a_corrupt_run_is_one_line(monkeypatch, dash_root):
+    at = _app(monkeypatch, dash_root, "diagnosis", run=CORRUPT_RUN)
+    _no_exceptions(at)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith(f"cannot analyze {CORRUPT_RUN}"), errors
+    assert "\n" not in errors[0] and "Traceback" not in errors[0]
+
+
+def test_compare_shows_speedup_and_resolved_findings(monkeypatch, dash_root):
+    before, after = run_key(dash_root, SLOW_PRESET), run_key(dash_root, "clean")
+    at = _app(monkeypatch, dash_root, "compare", before=before, after=after)
+    _no_exceptions(at)
+    speedup = next(m for m in at.metric if m.label == "speedup").value
+    assert float(speedup.rstrip("x")) > 1.2, speedup
+    text = _text(at)
+    assert ":green[resolved] `input_preprocessing`" in text
+    assert _charts(at) == 1
+
+
+def test_compare_same_run_twice_is_refused(monkeypatch, dash_root):
+    key = run_key(dash_root, "clean")
+    at = _app(monkeypatch, dash_root, "compare", before=key, after=key)
+    _no_exceptions(at)
+    assert any("same run" in w.value for w in at.warning)
+
+
+def test_tuning_page_shows_best_command_history_and_importances(monkeypatch, study_root):
+    at = _app(monkeypatch, study_root, "tuning")
+    _no_exceptions(at)
+    assert at.selectbox(key="tuning_source").value == "tune/study.db"  # notes.db is skipped
+    assert "notes.db" not in at.selectbox(key="tuning_source").options
+    assert at.selectbox(key="tuning_study").options == ["recadvisor", "pareto"]
+    at.selectbox(key="tuning_study").set_value("recadvisor").run()
+    text = _text(at)
+    best = [c.value for c in at.code]
+    assert best and best[0].startswith("recadvisor train"), best
+    expected = (study_root / "tune" / "best_command.txt").read_text().strip()
+    assert best[0] == expected  # the page and `recadvisor tune` agree on the best
+    assert "speedup=" in text and _charts(at) >= 2  # history + importances
+    at.selectbox(key="tuning_study").set_value("pareto").run()
+    _no_exceptions(at)
+    assert _charts(at) >= 2 and len(at.dataframe) >= 2  # history + Pareto front and its table
+
+
+def test_tuning_storage_url_is_checked(monkeypatch, study_root, tmp_path):
+    at = _app(monkeypatch, study_root, "tuning")
+    at.selectbox(key="tuning_source").set_value("storage URL…").run()
+    outside = tmp_path / "elsewhere.db"
+    outside.write_bytes(b"")
+    at.text_input(key="tuning_url").input(f"sqlite:///{outside}").run()
+    _no_exceptions(at)
+    assert any("outside the dashboard root" in e.value for e in at.error)
+    at.text_input(key="tuning_url").input(
+        "postgresql+psycopg://u:secret@127.0.0.1:1/none").run()
+    _no_exceptions(at)
+    errors = [e.value for e in at.error]
+    assert errors and "cannot open storage" in errors[0] and "secret" not in errors[0], errors
+    good = f"sqlite:///{study_root / 'tune' / 'study.db'}"
+    at.text_input(key="tuning_url").input(good).run()
+    _no_exceptions(at)
+    assert not at.error and at.code[0].value.startswith("recadvisor train")
+
+
+def _upload(at: AppTest, name: str, data: bytes) -> AppTest:
+    at.file_uploader(key="upload").upload(name, data, "application/octet-stream")
+    return at.run()
+
+
+def test_upload_of_a_zipped_logdir_is_analyzed_and_listed(monkeypatch, dash_root):
+    logdir = dash_root / "logdirs" / SLOW_PRESET
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for f in logdir.rglob("*"):
+            if f.is_file():
+                zf.write(f, f.relative_to(logdir))
+    at = _app(monkeypatch, dash_root, "runs")
+    _upload(at, "mine.zip", buf.getvalue())
+    _no_exceptions(at)
+    assert any("mine.zip: analyzed" in s.value for s in at.success), [e.value for e in at.error]
+    at.switch_page("views/diagnosis.py").run()
+    _no_exceptions(at)
+    assert at.selectbox(key="diagnosis_run").value == "upload: mine.zip"
+    assert "The input pipeline holds up training" in _text(at)
+
+
+@pytest.mark.parametrize("name,data,message", [
+    ("broken.xplane.pb", b"\x0a\xff\xff\xff not a protobuf", "upload broken.xplane.pb"),
+    ("trace.json.gz", b"not gzip", "not gzip data"),
+    ("evil.zip", None, "points outside the archive"),
+])
+def test_bad_uploads_get_one_line(monkeypatch, tmp_path, name, data, message):
+    if data is None:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            zf.writestr("../../escape.xplane.pb", b"x")
+        data = buf.getvalue()
+    at = _app(monkeypatch, tmp_path, "runs")
+    _upload(at, name, data)
+    _no_exceptions(at)
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and message in errors[0] and "\n" not in errors[0], errors
+
+
+def test_upload_over_the_cap_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("RECADVISOR_DASHBOARD_MAX_UPLOAD_MB", "1")
+    at = _app(monkeypatch, tmp_path, "runs")
+    _upload(at, "big.xplane.pb", b"\0" * (2 * 2**20))
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "over the upload cap of 1 MB" in errors[0], errors
+
+
+def test_open_path_box(monkeypatch, dash_root):
+    at = _app(monkeypatch, dash_root, "runs")
+    at.text_input(key="open_path").input("/etc").run()
+    assert any("outside the dashboard root" in e.value for e in at.error)
+    at.text_input(key="open_path").input("logdirs/nothing-here").run()
+    assert any("no such file or directory" in e.value for e in at.error)
+    at.text_input(key="open_path").input(f"logdirs/{SLOW_PRESET}").run()
+    _no_exceptions(at)
+    assert any(s.value.startswith(f"logdirs/{SLOW_PRESET}:") for s in at.success)
+
+
+def test_empty_root_says_what_to_do(monkeypatch, tmp_path):
+    for page in ("runs", "diagnosis", "compare", "tuning"):
+        at = _app(monkeypatch, tmp_path, page)
+        _no_exceptions(at)
+        assert at.info, page
