@@ -1,7 +1,7 @@
 """`recadvisor dashboard`: serve the Streamlit app over a root folder of runs and studies.
 
-Kept light at import (the CLI registry imports it for --help): Streamlit is started as a child
-process, `python -m streamlit run dashboard/app.py`, with the settings in its environment.
+Kept light at import (the CLI registry imports it for --help): after checking its flags the
+process execs `python -m streamlit run dashboard/app.py`, with the settings in its environment.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -90,13 +89,8 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
     print(f"recadvisor dashboard: http://{args.host}:{args.port}  (root {root}; Ctrl-C stops)",
           flush=True)
-    proc = subprocess.Popen(streamlit_command(args), env=env)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        return 130
+    # Become the server: SIGTERM, SIGINT and the exit status reach Streamlit itself, and no
+    # orphaned server is left listening when a supervisor stops this process.
+    cmd = streamlit_command(args)
+    os.execve(cmd[0], cmd, env)
+    return 0  # not reached

@@ -33,13 +33,25 @@ def settings() -> settings_mod.Settings:
     return settings_mod.from_env()
 
 
-@st.cache_resource(max_entries=24, show_spinner=False)
+# A view holds the run's whole event table (tens of MB per million events): few are kept. The
+# Runs page needs only each run's summary, kept apart and small.
+@st.cache_resource(max_entries=8, show_spinner=False)
 def _cached_view(path: str, stamp: tuple, label: str) -> RunView:
     return load_view(Path(path), label)
 
 
 def view_for(label: str, path: Path) -> RunView:
     return _cached_view(str(path), _stamp(path), label)
+
+
+@st.cache_resource(max_entries=2000, show_spinner=False)
+def _cached_summary(path: str, stamp: tuple, label: str) -> dict[str, Any]:
+    return _cached_view(path, stamp, label).summary
+
+
+def summary_for(label: str, path: Path) -> dict[str, Any]:
+    """The run's analysis as `recadvisor analyze --format json` prints it."""
+    return _cached_summary(str(path), _stamp(path), label)
 
 
 def _stamp(path: Path) -> tuple:
@@ -107,8 +119,9 @@ def pick_run(label: str, key: str, options: dict[str, Path], *, param: str = "ru
             options[wanted] = Path(st.session_state[OPENED_KEY][wanted])
             names = list(options)
         except (*USER_ERRORS, OutsideRoot) as e:
+            # Stop here: showing another run under the error would pass it off as the one asked.
             st.error(f"cannot open run {wanted!r}: {e}")
-            wanted = None
+            st.stop()
     if key not in st.session_state or st.session_state[key] not in names:
         for pref in (wanted, default, st.session_state.get(SELECTED_KEY), names[0]):
             if pref in names:

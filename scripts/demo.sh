@@ -51,8 +51,6 @@ if has tune && [ -f "$OUT/tune/best_command.txt" ]; then
   echo "                      recadvisor diff $OUT/logdir/default $OUT/logdir/tuned"
 fi
 if has dashboard; then
-  echo "    open the dashboard: .venv/bin/recadvisor dashboard --root $OUT"
-else
-  echo "    dashboard: not built yet (issue 7); the JSON above is what it will show"
+  echo "    open the dashboard: .venv/bin/recadvisor dashboard --root $OUT   (http://127.0.0.1:8501)"
 fi
 echo "    demo took $(( $(date +%s) - T0 )) s"

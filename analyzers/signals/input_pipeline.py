@@ -117,9 +117,15 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     w = ev[ev["kind"] == "input_wait"]
     if ctx.main_line:
         w = w[w["line"] == ctx.main_line]
-    w = w.sort_values("dur_ns", ascending=False).drop_duplicates("start_ns").head(top)
-    return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in zip(w["start_ns"], w["end_ns"],
-                                                                      strict=True)]
+    # Waits nest (the GetNext op, Iterator::Root, its first stage): one range per covered span.
+    spans: list[list[int]] = []
+    for s, e in sorted(zip(w["start_ns"].tolist(), w["end_ns"].tolist(), strict=True)):
+        if spans and s <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], e)
+        else:
+            spans.append([s, e])
+    spans.sort(key=lambda se: se[0] - se[1])
+    return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in spans[:top]]
 
 
 # An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.

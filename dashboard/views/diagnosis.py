@@ -80,10 +80,11 @@ step = st.selectbox("step", all_steps, index=all_steps.index(worst[0]) if worst 
 events, left_out = analysis.step_events(view, step)
 stalls = analysis.stalls_in_step(view, step)
 st.plotly_chart(charts.step_timeline(events, stalls, step), key="timeline")
-waits = events[events["kind"] == "input_wait"]
+# The analyzers' attribution, not a sum of events: waits nest (GetNext op, Iterator::Root...).
+wait_ms = float(table.loc[table["step"] == step, "input_wait"].iloc[0])
 st.caption(f"{len(events)} events in step {step}"
            + (f" ({left_out} shortest left out)" if left_out else "")
-           + f"; red: input waits ({waits['dur_ms'].sum():.1f} ms)"
+           + f"; red: input waits ({wait_ms:.1f} ms of the step exposed)"
            + (f" and the time ranges of {', '.join(sorted({s['finding'] for s in stalls}))}"
               if stalls else ""))
 

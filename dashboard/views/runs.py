@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import pandas as pd
 import streamlit as st
 
@@ -32,20 +34,20 @@ else:
     rows = []
     bar = st.progress(0.0, text="analyzing runs") if analyze_all else None
     for i, e in enumerate(entries):
-        top = ""
+        top = "unreadable: see the message above" if analyze_all else ""
         if analyze_all:
             with ui.shown_errors(e.key):
-                view = ui.view_for(e.key, e.path)
-                f = view.findings[0] if view.findings else None
+                summary = ui.summary_for(e.key, e.path)
+                f = summary["findings"][0] if summary["findings"] else None
                 top = (f"{f['severity']}: {f['id']} "
                        f"({f['impact']['estimated_speedup']:.2f}x)" if f else "no findings")
-                if not view.summary["steps"]["found"]:
+                if not summary["steps"]["found"]:
                     top = "no steps found"
             if bar is not None:
                 bar.progress((i + 1) / len(entries), text=f"analyzed {e.key}")
         rows.append({"started": e.started, "run": e.key, "samples/s": e.samples_per_s,
-                     "top finding": top, "open": f"diagnosis?run={e.key}", "from": e.source,
-                     "config": config_summary(e.metadata)})
+                     "top finding": top, "open": "diagnosis?" + urlencode({"run": e.key}),
+                     "from": e.source, "config": config_summary(e.metadata)})
     if bar is not None:
         bar.empty()
     st.dataframe(
@@ -66,7 +68,11 @@ if up is not None:
         path = save_upload(up.name, up.getvalue(), max_bytes=cfg.max_upload_bytes,
                            max_unzipped=cfg.max_unzipped_bytes)
         label = f"upload: {up.name}"
-        view = ui.view_for(label, path)
+        try:
+            view = ui.view_for(label, path)
+        except ui.USER_ERRORS as e:
+            # Name the upload, not where the server keeps it.
+            raise ValueError(str(e).replace(f"{path}: ", "").replace(str(path), up.name)) from None
         ui.add_upload(label, path)
         n = len(view.findings)
         st.success(f"{up.name}: analyzed, {view.summary['steps']['count']} steps, {n} "

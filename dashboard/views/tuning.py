@@ -67,7 +67,7 @@ st.caption(f"sampler {summary.get('sampler')} · storage {summary['storage']}"
 
 if best:
     st.subheader(f"Best configuration (trial {best['trial']}, from {best['source']})")
-    st.code(best["command"], language="bash")
+    st.code(best["command"], language="bash", wrap_lines=True)
     sp = best.get("spread") or {}
     if sp.get("n", 0) > 1:
         st.caption(f"median of {sp['n']} measurements, {sp['min']:,.0f}–{sp['max']:,.0f} "
