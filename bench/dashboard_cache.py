@@ -7,8 +7,8 @@ Each row drives the real Diagnosis page under Streamlit's AppTest (in this proce
   switch or a browser reload does): the analysis comes from the cache, only the page renders;
 - no cache (baseline): the same reopen with the cache cleared first, i.e. what every visit
   would cost without it.
-Ratio = reopen / first open. Medians over --repeats; generated traces come from
-bench/analyzer_speed.py (TF-like host traces, cached under /tmp/recadvisor_bench).
+Ratios: reopen / first open, and reopen / no cache. Medians over --repeats; generated traces
+come from bench/analyzer_speed.py (TF-like host traces, cached under /tmp/recadvisor_bench).
 
     .venv/bin/python bench/dashboard_cache.py [--events 100000,1000000] [--repeats 3] [LOGDIR ...]
 """

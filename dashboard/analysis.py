@@ -132,6 +132,6 @@ def process_cpu(view: RunView) -> pd.DataFrame | None:
     pr = view.report.run.process
     if pr is None or pr.empty or "cpu_percent" not in pr:
         return None
-    n = view.report.ctx.n_cpus or (int(pr["n_cpus"].iloc[0]) if "n_cpus" in pr else 1)
+    n = view.report.ctx.n_cpus or 1
     return pd.DataFrame({"t_ms": pr["t_ns"] / 1e6,
                          "cpu_pct": pr["cpu_percent"].astype(float) / max(n, 1)})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_CHECKED = 20_000  # files under a folder opened by path
+
 
 class OutsideRoot(ValueError):
     """A path that resolves (symlinks followed) outside the dashboard's root."""
@@ -31,3 +33,16 @@ def relative(root: Path, path: Path) -> str:
     except ValueError:
         return str(path)
     return str(rel) if str(rel) != "." else "."
+
+
+def confined_run(root: Path, path: Path) -> Path:
+    """`path` (a run folder or trace file) resolved, checked with every file it holds: a trace or
+    side file that is a link out of the root makes the whole run OutsideRoot."""
+    resolved = under_root(root, path)
+    if resolved.is_dir():
+        # rglob yields a linked folder but does not descend into it: the check below catches it.
+        for i, f in enumerate(resolved.rglob("*")):
+            if i >= MAX_CHECKED:
+                raise ValueError(f"{path}: more than {MAX_CHECKED} files; open a run folder")
+            under_root(root, f)
+    return resolved

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from analyzers.ingest.logdir import find_runs
-from dashboard.paths import relative
+from analyzers.ingest.logdir import walk_runs
+from dashboard.paths import OutsideRoot, confined_run, relative
 from recadvisor.capture.metadata import METADATA_FILE
 
 # The TF profiler names run folders by their start time.
@@ -31,26 +31,6 @@ class RunEntry:
     name: str
     started: datetime
     metadata: dict[str, Any] | None
-
-    @property
-    def logdir(self) -> Path:
-        """The TensorBoard logdir holding the run (what `recadvisor analyze` is given)."""
-        p = self.path if self.path.is_dir() else self.path.parent
-        if p.parent.name == "profile" and p.parent.parent.name == "plugins":
-            return p.parent.parent.parent
-        return p
-
-    def stamp(self) -> tuple:
-        """Changes whenever a file of the run changes: the analysis cache's key."""
-        files = sorted(self.path.iterdir()) if self.path.is_dir() else [self.path]
-        out = []
-        for f in files:
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            out.append((f.name, st.st_size, st.st_mtime_ns))
-        return tuple(out)
 
     @property
     def samples_per_s(self) -> float | None:
@@ -111,22 +91,15 @@ def config_summary(meta: dict[str, Any] | None) -> str:
 
 
 def discover(root: Path) -> tuple[list[RunEntry], bool]:
-    """Runs under `root`, newest first; True when more than MAX_RUNS were found."""
-    try:
-        paths = find_runs(root)
-    except ValueError:
-        return [], False
+    """Runs under `root`, newest first; True when more than MAX_RUNS were found. A run holding a
+    link that resolves outside the root is left out (the pages would refuse to open it)."""
     entries = []
-    for p in paths:
+    for p in walk_runs(root):
         try:
+            p = confined_run(root, p)
             entries.append(RunEntry(key=relative(root, p), path=p, name=p.name,
                                     started=_started(p), metadata=_metadata(p)))
-        except OSError:
-            continue  # vanished between the walk and the stat
+        except (OSError, OutsideRoot):
+            continue  # vanished between the walk and the stat, or leaves the root
     entries.sort(key=lambda e: (e.started, e.key), reverse=True)
     return entries[:MAX_RUNS], len(entries) > MAX_RUNS
-
-
-def find_studies(root: Path) -> list[Path]:
-    """SQLite tuning studies (`recadvisor tune` writes OUT/study.db) under the root."""
-    return sorted(p for p in root.rglob("*.db") if p.is_file())[:100]

@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from dashboard.paths import under_root
+from dashboard.paths import OutsideRoot, under_root
 from tuner.storage import redact
 
 MAX_STUDY_FILES = 50
@@ -35,6 +35,12 @@ def is_optuna_db(path: Path) -> bool:
 def find_study_files(root: Path) -> list[Path]:
     found = []
     for p in sorted(root.rglob("*.db")):
+        if any(part.startswith(".") for part in p.relative_to(root).parts[:-1]):
+            continue  # .venv, .git, caches
+        try:
+            p = under_root(root, p)
+        except OutsideRoot:
+            continue  # a link out of the root
         if p.is_file() and is_optuna_db(p):
             found.append(p)
             if len(found) >= MAX_STUDY_FILES:
@@ -64,7 +70,29 @@ def check_url(root: Path, url: str) -> str:
         if not is_optuna_db(path):
             raise ValueError(f"{path} is not an Optuna study database")
         return sqlite_url(path)
+    _check_rdb(url)
     return url
+
+
+def _check_rdb(url: str) -> None:
+    """A database server's URL is opened only if it already holds Optuna's tables: Optuna would
+    otherwise create them in whatever database the URL names."""
+    from sqlalchemy import create_engine, inspect
+
+    args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
+    try:
+        engine = create_engine(url, connect_args=args)
+        try:
+            tables = set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+    except ImportError as e:
+        raise ValueError(f"cannot open storage {redact(url)}: missing driver ({e.name})") from None
+    except Exception as e:  # sqlalchemy's ArgumentError, OperationalError, ...
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot open storage {redact(url)}: {text}") from None
+    if not {"studies", "trials"} <= tables:
+        raise ValueError(f"{redact(url)} holds no Optuna studies (no studies/trials tables)")
 
 
 def study_names(url: str) -> list[str]:

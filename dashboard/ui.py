@@ -16,7 +16,7 @@ import streamlit as st
 
 from dashboard import settings as settings_mod
 from dashboard.analysis import RunView, load_view
-from dashboard.paths import OutsideRoot, relative, under_root
+from dashboard.paths import OutsideRoot, confined_run, relative, under_root
 from dashboard.runs import RunEntry, discover
 from dashboard.uploads import UploadError
 from recadvisor.errors import USER_ERRORS
@@ -95,6 +95,7 @@ def open_path(text: str) -> str:
     path = under_root(root, text)
     if not path.exists():
         raise FileNotFoundError(f"{relative(root, path)}: no such file or directory")
+    confined_run(root, path)
     label = relative(root, path)
     st.session_state.setdefault(OPENED_KEY, {})[label] = str(path)
     return label
@@ -122,15 +123,20 @@ def pick_run(label: str, key: str, options: dict[str, Path], *, param: str = "ru
             # Stop here: showing another run under the error would pass it off as the one asked.
             st.error(f"cannot open run {wanted!r}: {e}")
             st.stop()
+    # The URL wins only when it changed since this picker last wrote it (a link followed, an
+    # address typed); otherwise the user's pick stands and the URL follows it.
+    applied_key = f"_url_{key}"
+    url_changed = wanted is not None and wanted != st.session_state.get(applied_key)
     if key not in st.session_state or st.session_state[key] not in names:
         for pref in (wanted, default, st.session_state.get(SELECTED_KEY), names[0]):
             if pref in names:
                 st.session_state[key] = pref
                 break
-    elif wanted in names and wanted != st.session_state[key]:
+    elif url_changed and wanted in names:
         st.session_state[key] = wanted
     choice = st.selectbox(label, names, key=key)
     st.query_params[param] = choice
+    st.session_state[applied_key] = choice
     if param == "run":
         st.session_state[SELECTED_KEY] = choice
     return choice

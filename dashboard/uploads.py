@@ -1,25 +1,30 @@
 """Uploaded traces: an xplane.pb, a Chrome trace JSON (optionally gzipped), or a zipped logdir.
 
-Each upload is written into its own fresh folder under the app's scratch directory, never under
-the root, and analyzed from there. Zips are unpacked member by member with the names checked
-(no absolute paths, no `..`, no links) and the unpacked size capped, so a crafted archive can
-neither write outside its folder nor fill the disk. Nothing is ever unpickled.
+Each upload is written into its own folder under the app's scratch directory (private to this
+process: created with mkdtemp, mode 0700, removed at exit), never under the root, and analyzed
+from there. Zips are unpacked member by member with the names checked (no absolute paths, no
+`..`, no links); gzip is inflated here, as a stream, so the unpacked size of both is capped and a
+crafted archive can neither write outside its folder nor fill the disk or memory. Nothing is ever
+unpickled.
 """
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import hashlib
+import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from recadvisor.capture.layout import XPLANE_SUFFIX
 
 ACCEPTED = ("pb", "json", "gz", "zip")
 MAX_MEMBERS = 10_000
-_SCRATCH = Path(tempfile.gettempdir()) / "recadvisor-dashboard-uploads"
+_scratch: Path | None = None
 
 
 class UploadError(ValueError):
@@ -27,8 +32,11 @@ class UploadError(ValueError):
 
 
 def scratch_dir() -> Path:
-    _SCRATCH.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return _SCRATCH
+    global _scratch
+    if _scratch is None:
+        _scratch = Path(tempfile.mkdtemp(prefix="recadvisor-dashboard-uploads-"))
+        atexit.register(shutil.rmtree, _scratch, True)
+    return _scratch
 
 
 def save_upload(name: str, data: bytes, *, max_bytes: int, max_unzipped: int,
@@ -51,9 +59,11 @@ def save_upload(name: str, data: bytes, *, max_bytes: int, max_unzipped: int,
         # The loader recognizes xplanes by suffix; keep the host part of the name.
         host = base[: -len(XPLANE_SUFFIX)] if lower.endswith(XPLANE_SUFFIX) else base[:-3]
         target = dest / f"{_safe(host) or 'upload'}{XPLANE_SUFFIX}"
-    elif lower.endswith(".json.gz") or lower.endswith(".json"):
-        if lower.endswith(".gz") and data[:2] != b"\x1f\x8b":
-            raise UploadError(f"{base}: named .gz but not gzip data")
+    elif lower.endswith(".json.gz"):
+        target = dest / _safe(base[:-3])
+        _gunzip(base, data, target, max_unzipped)
+        return target
+    elif lower.endswith(".json"):
         target = dest / _safe(base)
     elif lower.endswith(".gz"):
         raise UploadError(f"{base}: a .gz upload must be a trace JSON (*.json.gz)")
@@ -96,8 +106,35 @@ def _unzip(base: str, data: bytes, dest: Path, max_unzipped: int) -> None:
             try:
                 with zf.open(m) as src, open(target, "wb") as out:
                     _copy_capped(src, out, m.file_size)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, gzip.BadGzipFile) as e:
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
                 raise UploadError(f"{base}: entry {m.filename!r} is corrupt ({e})") from None
+    _gunzip_members(base, dest, max_unzipped - total)
+
+
+def _gunzip(base: str, data: bytes, target: Path, cap: int) -> None:
+    import io
+
+    if data[:2] != b"\x1f\x8b":
+        raise UploadError(f"{base}: named .gz but not gzip data")
+    try:
+        with gzip.open(io.BytesIO(data)) as src, open(target, "wb") as out:
+            _copy_capped(src, out, cap)
+    except ValueError:
+        target.unlink(missing_ok=True)
+        raise UploadError(f"{base}: unpacks to more than {cap / 2**20:.0f} MB") from None
+    except (OSError, EOFError, zlib.error) as e:
+        target.unlink(missing_ok=True)
+        raise UploadError(f"{base}: corrupt gzip data ({e})") from None
+
+
+def _gunzip_members(base: str, dest: Path, budget: int) -> None:
+    """Gzipped traces inside a zip are inflated here too, within what is left of the cap."""
+    for f in sorted(dest.rglob("*.gz")):
+        data = f.read_bytes()
+        f.unlink()
+        target = f.with_suffix("")
+        _gunzip(f"{base}: {f.relative_to(dest)}", data, target, budget)
+        budget -= target.stat().st_size
 
 
 def _copy_capped(src, out, declared: int) -> None:

@@ -175,7 +175,8 @@ def build_summary(study: optuna.Study, *, storage_url: str, sampler: str | None 
         front = sorted(study.best_trials, key=lambda t: t.values[1])
         out["pareto_front"] = [{"trial": t.number, "samples_per_s": round(t.values[0], 1),
                                 "devices": int(t.values[1]),
-                                "command": train_command(t.user_attrs["config"])}
+                                "command": (train_command(t.user_attrs["config"])
+                                            if "config" in t.user_attrs else None)}
                                for t in front]
     out["trials"] = [_trial_row(t, start, extra) for t in trials]
     return out

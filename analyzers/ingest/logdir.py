@@ -67,6 +67,28 @@ def find_runs(path: Path) -> list[Path]:
     return runs
 
 
+# Trace names a run folder is recognized by when walking a tree: plain `*.json` is left out, as
+# tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too.
+WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", "*.pt.trace.json")
+
+
+def walk_runs(root: Path, limit: int | None = None) -> list[Path]:
+    """Every run folder at any depth under `root` (skipping hidden folders and virtualenvs),
+    oldest first: for tools that browse a tree of logdirs rather than open one."""
+    root = Path(root)
+    found: set[Path] = set()
+    for pattern in WALK_PATTERNS:
+        for f in root.rglob(pattern):
+            rel = f.relative_to(root).parts[:-1]
+            if any(p.startswith(".") or p in ("site-packages", "node_modules") for p in rel):
+                continue
+            if f.is_file():
+                found.add(f.parent)
+            if limit is not None and len(found) >= limit:
+                break
+    return sorted(found, key=lambda p: (p.name, str(p)))
+
+
 def select_run(path: Path, run: str | None = None) -> Path:
     runs = find_runs(path)
     if run is None:

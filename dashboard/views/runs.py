@@ -65,19 +65,24 @@ st.caption(f"An `*.xplane.pb`, a Chrome trace `*.json` / `*.json.gz`, or a zippe
 up = st.file_uploader("trace file", type=list(ACCEPTED), key="upload")
 if up is not None:
     with ui.shown_errors(f"upload {up.name}"):
-        path = save_upload(up.name, up.getvalue(), max_bytes=cfg.max_upload_bytes,
-                           max_unzipped=cfg.max_unzipped_bytes)
         label = f"upload: {up.name}"
-        try:
-            view = ui.view_for(label, path)
-        except ui.USER_ERRORS as e:
-            # Name the upload, not where the server keeps it.
-            raise ValueError(str(e).replace(f"{path}: ", "").replace(str(path), up.name)) from None
-        ui.add_upload(label, path)
-        n = len(view.findings)
-        st.success(f"{up.name}: analyzed, {view.summary['steps']['count']} steps, {n} "
-                   f"finding{'s' if n != 1 else ''}. Open it in Diagnosis as “{label}”.")
-        st.session_state[ui.SELECTED_KEY] = label
+        # Reruns keep the uploaded file: it is saved and analyzed once per upload, not per rerun.
+        done = st.session_state.setdefault("_uploads_done", {})
+        if up.file_id not in done:
+            path = save_upload(up.name, up.getvalue(), max_bytes=cfg.max_upload_bytes,
+                               max_unzipped=cfg.max_unzipped_bytes)
+            try:
+                view = ui.view_for(label, path)
+            except ui.USER_ERRORS as e:
+                # Name the upload, not where the server keeps it.
+                raise ValueError(str(e).replace(f"{path}: ", "").replace(str(path), up.name)
+                                 ) from None
+            ui.add_upload(label, path)
+            done[up.file_id] = (len(view.findings), view.summary["steps"]["count"])
+            st.session_state[ui.SELECTED_KEY] = label
+        n, steps = done[up.file_id]
+        st.success(f"{up.name}: analyzed, {steps} steps, {n} finding{'s' if n != 1 else ''}. "
+                   f"Open it in Diagnosis as “{label}”.")
 
 st.subheader("Open a path under the root")
 typed = st.text_input("logdir, run folder or trace file (relative to the root)", key="open_path")

@@ -4,6 +4,7 @@ history, best trials, importances, Pareto front, the best configuration as a com
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -22,9 +23,14 @@ def _summary(url: str, study: str) -> dict:
     return studies.load_summary(url, study)
 
 
+@st.cache_resource(ttl=15, show_spinner=False)
+def _files(root: str) -> list:
+    return studies.find_study_files(Path(root))
+
+
 cfg = ui.settings()
 st.title("Tuning")
-files = studies.find_study_files(cfg.root)
+files = _files(str(cfg.root))
 sources = [relative(cfg.root, p) for p in files] + ["storage URL…"]
 default = len(sources) - 1 if cfg.storage else 0
 source = st.selectbox("study storage", sources, index=default, key="tuning_source",
@@ -89,6 +95,8 @@ else:
 if summary.get("pareto_front"):
     st.plotly_chart(charts.pareto_front(summary), key="pareto")
     st.dataframe(pd.DataFrame(summary["pareto_front"]), hide_index=True, width="stretch")
+elif summary.get("objectives") and len(summary["objectives"]) > 1:
+    st.caption("Pareto front: no completed trials yet")
 
 if summary.get("improvements"):
     st.subheader("Improvements")

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from dashboard.paths import OutsideRoot, relative, under_root
+from dashboard.paths import OutsideRoot, confined_run, relative, under_root
 from dashboard.runs import config_summary, discover
 from dashboard.studies import check_url, find_study_files, is_optuna_db
 
@@ -57,8 +57,9 @@ def test_study_urls(tmp_path, study_root):
         check_url(study_root, "sqlite://")
     with pytest.raises(ValueError, match="not a storage URL"):
         check_url(study_root, "tune/study.db")
-    pg = "postgresql+psycopg://u:p@host/db"
-    assert check_url(study_root, pg) == pg  # network storages are not files under the root
+    # Network storages are not files under the root; they must answer and hold Optuna's tables.
+    with pytest.raises(ValueError, match=r"cannot open storage postgresql\+psycopg://u:\*\*\*@"):
+        check_url(study_root, "postgresql+psycopg://u:secret@no-such-host.invalid/db")
 
 
 def test_discover_reads_metadata_and_orders_newest_first(tmp_path):
@@ -74,7 +75,6 @@ def test_discover_reads_metadata_and_orders_newest_first(tmp_path):
     assert [e.name for e in entries] == ["2026_02_01_00_00_00", "2026_01_01_00_00_00"]
     e = entries[0]
     assert e.samples_per_s == 20.0 and e.source == "train"
-    assert e.logdir == tmp_path / "log"
     assert e.key == "log/plugins/profile/2026_02_01_00_00_00"
     # Run lengths are left out of the config column; the knob that differs is shown.
     assert config_summary(e.metadata) == "preset gzip, --compression gzip"
@@ -83,3 +83,33 @@ def test_discover_reads_metadata_and_orders_newest_first(tmp_path):
 
 def test_discover_empty_root(tmp_path):
     assert discover(tmp_path) == ([], False)
+
+
+def test_runs_linking_out_of_the_root_are_not_listed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.trace.json").write_text("{}")
+    root = tmp_path / "root"
+    (root / "linked").mkdir(parents=True)
+    os.symlink(outside / "secret.trace.json", root / "linked" / "t.trace.json")
+    os.symlink(outside, root / "dirlink")
+    (root / "real").mkdir()
+    (root / "real" / "t.trace.json").write_text("{}")
+    (root / "tune").mkdir()
+    (root / "tune" / "summary.json").write_text("{}")  # tuning output, not a trace
+    assert [e.key for e in discover(root)[0]] == ["real"]
+    with pytest.raises(OutsideRoot):
+        confined_run(root, root / "linked")
+    with pytest.raises(OutsideRoot):
+        confined_run(root, root)  # a folder holding a link out is refused as a whole
+
+
+def test_rdb_urls_must_already_hold_optuna_tables(tmp_path):
+    from dashboard.studies import _check_rdb
+
+    other = tmp_path / "plain.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(ValueError, match="holds no Optuna studies"):
+        _check_rdb(f"sqlite:///{other}")
+    assert sqlite3.connect(other).execute(
+        "SELECT count(*) FROM sqlite_master").fetchone() == (1,)  # nothing was created

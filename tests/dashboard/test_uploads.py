@@ -36,7 +36,7 @@ def test_xplane_keeps_its_host_name(tmp_path):
 def test_json_and_gzipped_json(tmp_path):
     assert save_upload("t.json", b"{}", scratch=tmp_path, **CAP).read_bytes() == b"{}"
     gz = gzip.compress(b"{}")
-    assert save_upload("t.trace.json.gz", gz, scratch=tmp_path, **CAP).read_bytes() == gz
+    assert save_upload("t.trace.json.gz", gz, scratch=tmp_path, **CAP).read_bytes() == b"{}"
     with pytest.raises(UploadError, match="not gzip data"):
         save_upload("t.json.gz", b"{}", scratch=tmp_path, **CAP)
 
@@ -93,3 +93,30 @@ def test_corrupt_zip(tmp_path):
     data[60:90] = b"\xff" * 30  # damage the compressed member, keep the directory
     with pytest.raises(UploadError, match="corrupt|not a readable zip"):
         save_upload("y.zip", bytes(data), scratch=tmp_path, **CAP)
+
+
+def test_gzip_bombs_are_stopped(tmp_path):
+    bomb = gzip.compress(b" " * (8 * 2**20))
+    assert len(bomb) < CAP["max_bytes"]
+    with pytest.raises(UploadError, match="unpacks to more than 4 MB"):
+        save_upload("t.trace.json.gz", bomb, scratch=tmp_path, **CAP)
+    with pytest.raises(UploadError, match="unpacks to more than"):
+        save_upload("l.zip", _zip({"run/t.trace.json.gz": bomb}), scratch=tmp_path, **CAP)
+    with pytest.raises(UploadError, match="corrupt gzip"):
+        save_upload("t.json.gz", b"\x1f\x8b" + b"\0" * 40, scratch=tmp_path, **CAP)
+
+
+def test_gzipped_traces_are_stored_inflated(tmp_path):
+    p = save_upload("w.trace.json.gz", gzip.compress(b"{}"), scratch=tmp_path, **CAP)
+    assert p.name == "w.trace.json" and p.read_bytes() == b"{}"
+    q = save_upload("l.zip", _zip({"run/w.trace.json.gz": gzip.compress(b"[]")}),
+                    scratch=tmp_path, **CAP)
+    assert (q / "run" / "w.trace.json").read_bytes() == b"[]"
+    assert not list(q.rglob("*.gz"))
+
+
+def test_default_scratch_is_private():
+    from dashboard.uploads import scratch_dir
+
+    d = scratch_dir()
+    assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o700 and scratch_dir() == d
