@@ -75,8 +75,12 @@ def step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
         sel = sel.assign(_d=sel["end_ns"] - sel["start_ns"]).nlargest(MAX_TIMELINE_EVENTS, "_d")
     start = np.maximum(sel["start_ns"].to_numpy(), s0)
     end = np.minimum(sel["end_ns"].to_numpy(), s1)
+    planes = sel["plane"].astype(str)
+    # One plane (a CPU-only host): its name on every row would only push the thread names away.
+    track = (sel["line"].astype(str) if planes.nunique() <= 1
+             else planes + " / " + sel["line"].astype(str))
     out = pd.DataFrame({
-        "track": (sel["plane"].astype(str) + " / " + sel["line"].astype(str)).to_numpy(),
+        "track": track.to_numpy(),
         "name": sel["name"].astype(str).to_numpy(),
         "kind": sel["kind"].astype(str).to_numpy(),
         "start_ms": (start - s0) / 1e6,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from analyzers.report import render_json
 from dashboard import analysis, charts, ui
 
 st.title("Diagnosis")
@@ -31,6 +32,8 @@ hw = d["hardware"]
 c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}")
 st.caption(f"{d['run_dir']} · sampler data: {'yes' if d['sampler'] else 'no'} · "
            f"analyzed in {view.load_s:.1f} s")
+st.download_button("report.json (as `recadvisor analyze --format json`)",
+                   render_json(view.report), file_name="report.json", mime="application/json")
 for w in d["warnings"]:
     st.warning(w)
 if not steps["found"]:

@@ -71,6 +71,7 @@ def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, da
     assert fix[0].startswith("recadvisor train"), fix
     assert "--cycle-length 1" not in fix[0] and "--prefetch 0" not in fix[0], fix
     assert _charts(at) == 3  # breakdown, timeline, thread states
+    assert len(at.get("download_button")) == 1  # the JSON report
     step = at.selectbox(key="timeline_step")
     assert f"{step.value} (slowest)" in step.options, step.options
     assert "red: input waits" in text and "No OS sampler data" not in text
