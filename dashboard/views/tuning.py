@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts, studies, ui
-from dashboard.paths import relative
+from dashboard.paths import OutsideRoot, relative, under_root
 
 
 @st.cache_resource(ttl=10, show_spinner=False)
@@ -106,6 +106,16 @@ if summary.get("verified_remedies"):
     st.dataframe(pd.DataFrame(summary["verified_remedies"]), hide_index=True, width="stretch")
 for r in summary.get("guidance") or []:
     with st.expander(f"guidance round {r.get('round')}: trial {r.get('analyzed_trial')}"):
+        # The profile the round analyzed, when it lies under the root: open its diagnosis.
+        logdir = Path(r["logdir"]) if r.get("logdir") else None
+        if logdir is not None and logdir.exists():
+            try:
+                key = relative(cfg.root, under_root(cfg.root, logdir))
+            except OutsideRoot:
+                key = None
+            if key is not None:
+                st.page_link("views/diagnosis.py", label=f"diagnosis of {key}",
+                             query_params={"run": key}, icon=":material/troubleshoot:")
         st.json(r, expanded=False)
 
 st.subheader("Best trials")

@@ -299,3 +299,27 @@ def test_empty_root_says_what_to_do(monkeypatch, tmp_path):
         at = _app(monkeypatch, tmp_path, page)
         _no_exceptions(at)
         assert at.info, page
+
+
+def test_tuning_guidance_rounds_link_to_their_profiles(monkeypatch, dash_root, tmp_path):
+    import shutil
+
+    import optuna
+
+    from tuner.study import GUIDANCE_ATTR
+
+    shutil.copytree(dash_root / "logdirs" / SLOW_PRESET, tmp_path / "profiles" / "trial-0")
+    shutil.copy(dash_root / "tune" / "study.db", tmp_path / "study.db")
+    study = optuna.load_study(study_name="recadvisor", storage=f"sqlite:///{tmp_path}/study.db")
+    study.set_user_attr(GUIDANCE_ATTR, {"rounds": [
+        {"round": 1, "analyzed_trial": 0, "logdir": str(tmp_path / "profiles" / "trial-0")},
+        {"round": 2, "analyzed_trial": 3, "logdir": "/somewhere/else"}]})
+    at = _app(monkeypatch, tmp_path, "tuning")
+    at.selectbox(key="tuning_study").set_value("recadvisor").run()
+    _no_exceptions(at)
+    links = [(link.proto.label, link.proto.query_string) for link in at.get("page_link")]
+    assert links == [("diagnosis of profiles/trial-0", "run=profiles%2Ftrial-0")]
+    at.query_params["run"] = "profiles/trial-0"
+    at.switch_page("views/diagnosis.py").run()
+    _no_exceptions(at)
+    assert "The input pipeline holds up training" in _text(at)
