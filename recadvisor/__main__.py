@@ -1,8 +1,6 @@
 """`python -m recadvisor`: the same as the `recadvisor` console script."""
 
-import sys
-
-from recadvisor.cli import main
+from recadvisor.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

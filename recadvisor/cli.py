@@ -160,3 +160,21 @@ def _silence_stdout() -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def entry() -> None:
+    """The console script and `python -m recadvisor`: main(), then exit with its code.
+
+    A process that trained keeps its tf.data iterators alive to the end (tearing one down can
+    deadlock in TF 2.21, reference_model/train.py); it leaves without the interpreter's teardown,
+    which would destroy them. Output is flushed first, so nothing already written is lost.
+    """
+    code = main()
+    train = sys.modules.get("reference_model.train")
+    if train is not None and train.has_abandoned_iterators():
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    sys.exit(code)
