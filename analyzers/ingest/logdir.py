@@ -72,9 +72,9 @@ def find_runs(path: Path) -> list[Path]:
 WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", "*.pt.trace.json")
 
 
-def walk_runs(root: Path, limit: int | None = None) -> list[Path]:
-    """Every run folder at any depth under `root` (skipping hidden folders and virtualenvs),
-    oldest first: for tools that browse a tree of logdirs rather than open one."""
+def walk_runs(root: Path) -> list[Path]:
+    """Every run folder at any depth under `root` (skipping hidden folders and installed
+    packages), oldest first: for tools that browse a tree of logdirs rather than open one."""
     root = Path(root)
     found: set[Path] = set()
     for pattern in WALK_PATTERNS:
@@ -84,8 +84,6 @@ def walk_runs(root: Path, limit: int | None = None) -> list[Path]:
                 continue
             if f.is_file():
                 found.add(f.parent)
-            if limit is not None and len(found) >= limit:
-                break
     return sorted(found, key=lambda p: (p.name, str(p)))
 
 
