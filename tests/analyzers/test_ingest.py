@@ -20,7 +20,7 @@ from google.protobuf import descriptor_pb2
 
 from analyzers.events import empty_events
 from analyzers.ingest.chrome_trace import read_chrome_trace
-from analyzers.ingest.logdir import find_runs, load_run, select_run
+from analyzers.ingest.logdir import find_runs, load_run, select_run, walk_runs
 from analyzers.ingest.xplane import read_xplane
 from analyzers.ingest.xplane_decode import decode_xspace
 from analyzers.ingest.xplane_schema import XPlane, XSpace
@@ -757,3 +757,15 @@ def test_numpy_only_types_in_table(tmp_path):
         assert df[col].dtype == np.int64, col
     # Stat columns are sparse: most events carry none of them.
     assert df["step_num"].dtype == pd.SparseDtype(np.int64, -1)
+
+
+def test_walk_runs_finds_runs_at_any_depth_and_skips_non_traces(tmp_path):
+    for rel in ("a/plugins/profile/r1/h.xplane.pb", "b/deep/er/r2/w.trace.json.gz",
+                "c/rank0.pt.trace.json", ".venv/x/plugins/profile/r3/h.xplane.pb",
+                "d/site-packages/pkg/r4/h.xplane.pb"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    (tmp_path / "tune").mkdir()
+    (tmp_path / "tune" / "summary.json").write_text("{}")  # JSON, but not a trace
+    found = {str(p.relative_to(tmp_path)) for p in walk_runs(tmp_path)}
+    assert found == {"a/plugins/profile/r1", "b/deep/er/r2", "c"}
