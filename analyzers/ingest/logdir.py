@@ -54,7 +54,11 @@ def find_runs(path: Path) -> list[Path]:
         raise FileNotFoundError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    if _trace_files(path):
+    # A folder whose only JSON is plain `*.json` (a tuning output: summary.json, configs) is a run
+    # only when nothing deeper is one: `recadvisor analyze TUNE_OUT` finds its profiles.
+    if any(next(path.glob(pattern), None) for pattern in WALK_PATTERNS):
+        return [path]
+    if _trace_files(path) and not walk_runs(path):
         return [path]
     root = path / "plugins" / "profile"
     candidates = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

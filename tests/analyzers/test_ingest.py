@@ -769,3 +769,16 @@ def test_walk_runs_finds_runs_at_any_depth_and_skips_non_traces(tmp_path):
     (tmp_path / "tune" / "summary.json").write_text("{}")  # JSON, but not a trace
     found = {str(p.relative_to(tmp_path)) for p in walk_runs(tmp_path)}
     assert found == {"a/plugins/profile/r1", "b/deep/er/r2", "c"}
+
+
+def test_a_tuning_output_folder_is_not_a_run_its_profiles_are(tmp_path):
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "best_config.json").write_text("{}")
+    run = tmp_path / "profiles" / "trial-0" / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    (run / "h.xplane.pb").write_bytes(b"")
+    assert find_runs(tmp_path) == [run]
+    alone = tmp_path / "profiles" / "plain"  # plain JSON with nothing deeper: still a run
+    alone.mkdir()
+    (alone / "trace.json").write_text("{}")
+    assert find_runs(alone) == [alone]
