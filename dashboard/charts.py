@@ -113,8 +113,8 @@ def optimization_history(summary: dict[str, Any]) -> go.Figure:
             fig.add_scatter(x=pr["number"], y=pr["last_reported_samples_per_s"], mode="markers",
                             name="pruned", marker={"symbol": "x", "color": "grey"})
     if len(done):
-        best = done.sort_values("number")["samples_per_s"].cummax()
-        fig.add_scatter(x=done.sort_values("number")["number"], y=best, mode="lines",
+        order = done.sort_values("number")
+        fig.add_scatter(x=order["number"], y=order["samples_per_s"].cummax(), mode="lines",
                         name="best so far", line={"shape": "hv", "color": "black"})
     fig.update_layout(xaxis_title="trial", yaxis_title="samples/s")
     return _layout(fig, "Optimization history")

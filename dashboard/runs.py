@@ -1,7 +1,7 @@
 """The profile runs under the dashboard's root, and what their metadata says, without analyzing.
 
-A run is what `analyzers.ingest.logdir.find_runs` returns (a run folder of xplane.pb / trace JSON,
-or a single trace file); its metadata is the `recadvisor_run.json` that `recadvisor train` and
+A run is what `analyzers.ingest.logdir.walk_runs` finds (a folder of xplane.pb / trace JSON at any
+depth under the root); its metadata is the `recadvisor_run.json` that `recadvisor train` and
 `recadvisor capture` write beside the trace (docs/analyze-json.md).
 """
 
@@ -20,7 +20,6 @@ from recadvisor.capture.metadata import METADATA_FILE
 
 # The TF profiler names run folders by their start time.
 _RUN_NAME = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})$")
-RUN_LENGTHS = ("warmup_steps", "measure_steps", "profile_steps", "profile_seconds")
 MAX_RUNS = 500  # a root with more is truncated (newest kept) and the page says so
 
 
@@ -73,10 +72,10 @@ def config_summary(meta: dict[str, Any] | None) -> str:
     cfg = meta.get("config")
     if isinstance(cfg, dict):
         try:
-            from reference_model.config import TrainConfig, config_to_flags
+            from reference_model.config import RUN_LENGTH_FIELDS, TrainConfig, config_to_flags
 
             # Run lengths say how the run was measured, not what was trained: left out.
-            lengths = {k: v for k, v in TrainConfig().to_dict().items() if k in RUN_LENGTHS}
+            lengths = {k: v for k, v in TrainConfig().to_dict().items() if k in RUN_LENGTH_FIELDS}
             flags = config_to_flags(TrainConfig.from_dict({**cfg, **lengths}))
             pairs = [f"{flags[i]} {flags[i + 1]}" for i in range(0, len(flags), 2)]
             preset = meta.get("preset")

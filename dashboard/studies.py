@@ -1,35 +1,27 @@
 """Tuning studies the dashboard can open: SQLite files under the root, or a storage URL.
 
-A `.db` under the root is offered only if it already is an Optuna database (checked read-only),
-so opening the page never creates tables in somebody else's SQLite file; a `sqlite:///` URL typed
-in the page must point under the root as well.
+A `.db` under the root, or a database URL, is opened only if it already holds Optuna's tables
+(SQLite files are checked read-only), so the page never creates tables in somebody else's
+database; a `sqlite:///` URL typed in the page must point under the root as well.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from dashboard.paths import OutsideRoot, under_root
-from tuner.storage import redact
+from tuner.storage import redact, storage_error
 
 MAX_STUDY_FILES = 50
 
 
 def is_optuna_db(path: Path) -> bool:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2)
-    except sqlite3.Error:
+        _check_rdb(f"sqlite:///file:{path}?mode=ro&uri=true")  # read-only: nothing is created
+    except ValueError:
         return False
-    try:
-        rows = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND "
-                           "name IN ('studies', 'trials')").fetchall()
-        return len(rows) == 2
-    except sqlite3.Error:
-        return False
-    finally:
-        con.close()
+    return True
 
 
 def find_study_files(root: Path) -> list[Path]:
@@ -75,8 +67,8 @@ def check_url(root: Path, url: str) -> str:
 
 
 def _check_rdb(url: str) -> None:
-    """A database server's URL is opened only if it already holds Optuna's tables: Optuna would
-    otherwise create them in whatever database the URL names."""
+    """A database is opened only if it already holds Optuna's tables: Optuna would otherwise
+    create them in whatever database the URL names."""
     from sqlalchemy import create_engine, inspect
 
     args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
@@ -86,11 +78,8 @@ def _check_rdb(url: str) -> None:
             tables = set(inspect(engine).get_table_names())
         finally:
             engine.dispose()
-    except ImportError as e:
-        raise ValueError(f"cannot open storage {redact(url)}: missing driver ({e.name})") from None
-    except Exception as e:  # sqlalchemy's ArgumentError, OperationalError, ...
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"cannot open storage {redact(url)}: {text}") from None
+    except Exception as e:  # sqlalchemy's ArgumentError, OperationalError, a missing driver...
+        raise storage_error(url, e) from None
     if not {"studies", "trials"} <= tables:
         raise ValueError(f"{redact(url)} holds no Optuna studies (no studies/trials tables)")
 

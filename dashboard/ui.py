@@ -44,6 +44,13 @@ def view_for(label: str, path: Path) -> RunView:
     return _cached_view(str(path), _stamp(path), label)
 
 
+def analyzed(label: str, path: Path) -> RunView | None:
+    """The run's view, analyzing it with a spinner; None (the error shown) when it is unreadable."""
+    with shown_errors(f"cannot analyze {label}"), st.spinner(f"analyzing {label}"):
+        return view_for(label, path)
+    return None
+
+
 @st.cache_resource(max_entries=2000, show_spinner=False)
 def _cached_summary(path: str, stamp: tuple, label: str) -> dict[str, Any]:
     return _cached_view(path, stamp, label).summary

@@ -13,12 +13,14 @@ from __future__ import annotations
 import atexit
 import gzip
 import hashlib
+import io
 import shutil
 import stat
 import tempfile
 import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from recadvisor.capture.layout import XPLANE_SUFFIX
 
@@ -79,8 +81,6 @@ def _safe(name: str) -> str:
 
 
 def _unzip(base: str, data: bytes, dest: Path, max_unzipped: int) -> None:
-    import io
-
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         members = zf.infolist()
@@ -88,7 +88,8 @@ def _unzip(base: str, data: bytes, dest: Path, max_unzipped: int) -> None:
         raise UploadError(f"{base}: not a readable zip ({e})") from None
     if len(members) > MAX_MEMBERS:
         raise UploadError(f"{base}: {len(members)} entries; at most {MAX_MEMBERS}")
-    total = 0
+    budget = max_unzipped
+    over = f"{base}: unpacks to more than {max_unzipped / 2**20:.0f} MB"
     with zf:
         for m in members:
             parts = PurePosixPath(m.filename.replace("\\", "/")).parts
@@ -98,50 +99,48 @@ def _unzip(base: str, data: bytes, dest: Path, max_unzipped: int) -> None:
                 raise UploadError(f"{base}: entry {m.filename!r} is a symbolic link")
             if m.is_dir():
                 continue
-            total += m.file_size
-            if total > max_unzipped:
-                raise UploadError(f"{base}: unpacks to more than {max_unzipped / 2**20:.0f} MB")
-            target = dest.joinpath(*parts)
+            if m.file_size > budget:
+                raise UploadError(over)
+            # Gzipped traces inside the archive are inflated here, within the same budget.
+            gz = parts[-1].lower().endswith(".gz")
+            target = dest.joinpath(*parts[:-1], parts[-1][:-3] if gz else parts[-1])
             target.parent.mkdir(parents=True, exist_ok=True)
+            corrupt = f"{base}: entry {m.filename!r} is corrupt"
             try:
-                with zf.open(m) as src, open(target, "wb") as out:
-                    _copy_capped(src, out, m.file_size)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-                raise UploadError(f"{base}: entry {m.filename!r} is corrupt ({e})") from None
-    _gunzip_members(base, dest, max_unzipped - total)
+                with zf.open(m) as raw:
+                    src = gzip.GzipFile(fileobj=raw) if gz else raw
+                    # A plain entry may not inflate past its declared (and checked) size.
+                    budget -= _write_capped(
+                        src, target, budget if gz else m.file_size,
+                        over if gz else f"{corrupt} (it inflates past its declared size)",
+                        corrupt)
+            except (zipfile.BadZipFile, OSError) as e:
+                raise UploadError(f"{corrupt} ({e})") from None
 
 
 def _gunzip(base: str, data: bytes, target: Path, cap: int) -> None:
-    import io
-
     if data[:2] != b"\x1f\x8b":
         raise UploadError(f"{base}: named .gz but not gzip data")
-    try:
-        with gzip.open(io.BytesIO(data)) as src, open(target, "wb") as out:
-            _copy_capped(src, out, cap)
-    except ValueError:
-        target.unlink(missing_ok=True)
-        raise UploadError(f"{base}: unpacks to more than {cap / 2**20:.0f} MB") from None
-    except (OSError, EOFError, zlib.error) as e:
-        target.unlink(missing_ok=True)
-        raise UploadError(f"{base}: corrupt gzip data ({e})") from None
+    with gzip.GzipFile(fileobj=io.BytesIO(data)) as src:
+        _write_capped(src, target, cap, f"{base}: unpacks to more than {cap / 2**20:.0f} MB",
+                      f"{base}: corrupt gzip data")
 
 
-def _gunzip_members(base: str, dest: Path, budget: int) -> None:
-    """Gzipped traces inside a zip are inflated here too, within what is left of the cap."""
-    for f in sorted(dest.rglob("*.gz")):
-        data = f.read_bytes()
-        f.unlink()
-        target = f.with_suffix("")
-        _gunzip(f"{base}: {f.relative_to(dest)}", data, target, budget)
-        budget -= target.stat().st_size
-
-
-def _copy_capped(src, out, declared: int) -> None:
-    # The declared size is what was checked; a member that inflates past it is refused.
+def _write_capped(src: BinaryIO, target: Path, limit: int, over: str, corrupt: str) -> int:
+    """Stream `src` into `target`, at most `limit` bytes; returns the bytes written. Past the
+    limit (`over`) or on unreadable data (`corrupt`): the partial file is removed."""
     written = 0
-    while chunk := src.read(1 << 20):
-        written += len(chunk)
-        if written > declared:
-            raise ValueError("entry inflates past its declared size")
-        out.write(chunk)
+    try:
+        with open(target, "wb") as out:
+            while chunk := src.read(1 << 20):
+                written += len(chunk)
+                if written > limit:
+                    raise UploadError(over)
+                out.write(chunk)
+    except UploadError:
+        target.unlink(missing_ok=True)
+        raise
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as e:
+        target.unlink(missing_ok=True)
+        raise UploadError(f"{corrupt} ({e})") from None
+    return written

@@ -26,6 +26,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 import recadvisor
 from recadvisor.errors import USER_ERRORS, UserError
@@ -158,18 +159,11 @@ def _silence_stdout() -> None:
         pass
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-def entry() -> None:
-    """The console script and `python -m recadvisor`: main(), then exit with its code.
-
-    A process that trained keeps its tf.data iterators alive to the end (tearing one down can
-    deadlock in TF 2.21, reference_model/train.py); it leaves without the interpreter's teardown,
-    which would destroy them. Output is flushed first, so nothing already written is lost.
-    """
-    code = main()
+def exit_process(code: int) -> NoReturn:
+    """Exit with `code`. A process that trained keeps its tf.data iterators alive to the end
+    (tearing one down can deadlock in TF 2.21, reference_model/train.py), so it leaves without
+    the interpreter's teardown, which would destroy them; output is flushed first, so nothing
+    already written is lost. Used by every process that may train (this CLI, trial workers)."""
     train = sys.modules.get("reference_model.train")
     if train is not None and train.has_abandoned_iterators():
         try:
@@ -178,3 +172,12 @@ def entry() -> None:
         finally:
             os._exit(code)
     sys.exit(code)
+
+
+def entry() -> NoReturn:
+    """The console script and `python -m recadvisor`."""
+    exit_process(main())
+
+
+if __name__ == "__main__":
+    entry()

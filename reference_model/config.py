@@ -25,6 +25,11 @@ InputCopy = Literal["distributed", "serial"]
 EmbeddingSplit = Literal["table", "column"]
 
 
+# Fields that say how long a run lasts and what it profiles, not what it trains: the tuner never
+# tunes them, and a run's configuration is shown without them.
+RUN_LENGTH_FIELDS = ("warmup_steps", "measure_steps", "profile_steps", "profile_seconds")
+
+
 @dataclass
 class TrainConfig:
     # --- data on disk (selects the cached dataset variant) ---
@@ -106,11 +111,9 @@ class TrainConfig:
             raise ValueError(
                 f"--devices {self.devices} asked for but only {max_devices} accelerators exist"
             )
-        for name in ("warmup_steps", "measure_steps", "profile_steps"):
+        for name in RUN_LENGTH_FIELDS:
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
-        if self.profile_seconds < 0:
-            raise ValueError("--profile-seconds must be >= 0")
         if self.measure_steps == 0 and self.profile_steps == 0:
             raise ValueError("nothing to run: --measure-steps and --profile-steps are both 0")
 

@@ -21,7 +21,7 @@ from reference_model.config import TrainConfig
 # a running tf.data iterator: the destructor cancels, and SleepDataset's cancel callback (our
 # storage emulation) waits on a mutex its iterator holds while pulling from its input; caught with
 # py-spy at the end of ~1 in 12 `small_ops_no_xla` runs, CPU idle. Processes that train leave
-# without the interpreter's teardown (recadvisor.cli.entry, tuner.trial_worker).
+# without the interpreter's teardown (recadvisor.cli.exit_process).
 _ABANDONED_ITERATORS: list[Any] = []
 
 

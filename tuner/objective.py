@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from reference_model.config import AUTOTUNE, TrainConfig
+from reference_model.config import TrainConfig
 from tuner.runner import DEFAULT_WORKER, Limits, Outcome, TrialFailed, TrialStopped, run_trial
 from tuner.space import SearchSpace
 
@@ -80,14 +80,7 @@ class Objective:
 
     def config_for(self, params: dict[str, Any], fixed: dict[str, Any]) -> TrainConfig:
         changes = self.space.config_changes(params, {**self.start_dict, **fixed})
-        cfg = TrainConfig.from_dict({**self.start_dict, **fixed, **changes})
-        # TF refuses interleave parallelism above cycle_length. A space that tunes cycle_length
-        # without interleave_parallelism (so no `at_most` clamp) must not turn the start's
-        # parallelism into an invalid trial.
-        if cfg.interleave_parallelism not in (AUTOTUNE,) and (
-                cfg.interleave_parallelism > cfg.cycle_length):
-            cfg = cfg.replace(interleave_parallelism=cfg.cycle_length)
-        return cfg
+        return TrainConfig.from_dict({**self.start_dict, **fixed, **changes})
 
     def _values(self, sps: float, cfg: TrainConfig) -> float | tuple[float, float]:
         return (sps, float(cfg.devices)) if self.multi_objective else sps

@@ -24,12 +24,15 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from reference_model.config import AUTOTUNE, TrainConfig
+from reference_model.config import AUTOTUNE, RUN_LENGTH_FIELDS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).with_name("spaces") / "default.toml"
 KINDS = ("categorical", "int", "float")
 # Knobs that say how long to run, not how to train: tuning them would only game the measurement.
-NOT_TUNABLE = frozenset({"warmup_steps", "measure_steps", "profile_steps", "profile_seconds"})
+NOT_TUNABLE = frozenset(RUN_LENGTH_FIELDS)
+# TrainConfig.validate's rule, applied even by spaces that leave the knob out: a file that tunes
+# cycle_length alone must not turn the start's interleave parallelism into an invalid trial.
+IMPLIED_AT_MOST = {"interleave_parallelism": "cycle_length"}
 ACCELERATOR_KEY = "accelerator"
 _KEYS = {"type", "choices", "low", "high", "step", "log", "when", "otherwise", "at_most", "limit"}
 _FIELD_DEFAULTS = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
@@ -305,7 +308,8 @@ class SearchSpace:
 
     def config_changes(self, params: Mapping[str, Any], start: Mapping[str, Any]) -> dict:
         """The TrainConfig changes a trial's params make: sampled values, the `otherwise` value of
-        knobs whose condition does not hold, then the `at_most` clamps."""
+        knobs whose condition does not hold, then the `at_most` clamps (declared and implied) on
+        the effective values."""
         values = dict(start)
         changes: dict[str, Any] = {}
         for k in self.knobs:
@@ -315,12 +319,12 @@ class SearchSpace:
                 changes[k.name] = decode(k.name, k.otherwise)
             if k.name in changes:
                 values[k.name] = changes[k.name]
-        for k in self.knobs:
-            if k.at_most and k.name in changes:
-                cap = values[k.at_most]
-                v = changes[k.name]
-                if v != AUTOTUNE and isinstance(cap, int | float) and v > cap:
-                    changes[k.name] = cap
+        clamps = {**IMPLIED_AT_MOST, **{k.name: k.at_most for k in self.knobs if k.at_most}}
+        for name, cap_name in clamps.items():
+            v, cap = values.get(name), values.get(cap_name)
+            if (isinstance(v, int | float) and v != AUTOTUNE and isinstance(cap, int | float)
+                    and v > cap):
+                changes[name] = values[name] = cap
         return changes
 
     def params_for(

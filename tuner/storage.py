@@ -79,12 +79,17 @@ def open_storage(url: str) -> RDBStorage:
                 grace_period=GRACE_S,
                 heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
             )
-    except ImportError as e:
-        raise ValueError(f"cannot use storage {redact(url)}: missing driver ({e.name}); for "
-                         "PostgreSQL: pip install 'recadvisor[postgres]'") from None
-    except Exception as e:  # sqlalchemy's OperationalError, ArgumentError, ...
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"cannot open storage {redact(url)}: {text}") from None
+    except Exception as e:  # sqlalchemy's OperationalError, ArgumentError, a missing driver...
+        raise storage_error(url, e) from None
+
+
+def storage_error(url: str, e: Exception) -> ValueError:
+    """One line saying why a storage URL cannot be used, the password redacted."""
+    if isinstance(e, ImportError):
+        return ValueError(f"cannot use storage {redact(url)}: missing driver ({e.name}); for "
+                          "PostgreSQL: pip install 'recadvisor[postgres]'")
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ValueError(f"cannot open storage {redact(url)}: {text}")
 
 
 def recover_dead_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:

@@ -13,6 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
+from recadvisor.cli import exit_process
 from tuner import protocol
 
 
@@ -76,17 +77,8 @@ def main(argv: list[str]) -> int:
            meta["samples_per_s"], "steps": len(elapsed), "step_time_ms": meta["step_time_ms"],
            "run_dir": meta.get("run_dir"), "devices": meta.get("devices"),
            "wall_s": round(time.time() - started, 2)})
-    sys.stdout.flush()
-    # TF 2.21 can block for a long time tearing down iterators whose emulated-storage readers are
-    # asleep (see reference_model/train.py): the result is out, so leave without the teardown.
-    os._exit(0)
+    return 0
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    train = sys.modules.get("reference_model.train")
-    if train is not None and train.has_abandoned_iterators():  # see recadvisor.cli.entry
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    exit_process(main(sys.argv[1:]))

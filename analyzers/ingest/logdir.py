@@ -47,6 +47,11 @@ def _trace_files(folder: Path) -> list[Path]:
     )
 
 
+# Trace names that make a folder a run folder (`*.pt.trace.json` included): plain `*.json` is
+# left out, as tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too.
+WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz")
+
+
 def find_runs(path: Path) -> list[Path]:
     """Run folders (or single trace files) under `path`, oldest first."""
     path = Path(path)
@@ -54,26 +59,19 @@ def find_runs(path: Path) -> list[Path]:
         raise FileNotFoundError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    # A folder whose only JSON is plain `*.json` (a tuning output: summary.json, configs) is a run
-    # only when nothing deeper is one: `recadvisor analyze TUNE_OUT` finds its profiles.
     if any(next(path.glob(pattern), None) for pattern in WALK_PATTERNS):
         return [path]
-    if _trace_files(path) and not walk_runs(path):
-        return [path]
     root = path / "plugins" / "profile"
-    candidates = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
-    if not candidates:  # a folder of logdirs, or a nonstandard layout: look one level deeper
-        candidates = [p.parent for p in path.rglob(f"*{XPLANE_SUFFIX}")]
-        candidates += [p.parent for p in path.rglob("*.trace.json*")]
-    runs = sorted({p for p in candidates if _trace_files(p)}, key=lambda p: (p.name, str(p)))
-    if not runs:
-        raise ValueError(f"{path}: no profile runs (no *.xplane.pb or trace JSON) found")
-    return runs
-
-
-# Trace names a run folder is recognized by when walking a tree: plain `*.json` is left out, as
-# tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too.
-WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", "*.pt.trace.json")
+    runs = [p for p in root.iterdir() if p.is_dir() and _trace_files(p)] if root.is_dir() else []
+    # A folder of logdirs, or a nonstandard layout: look deeper.
+    runs = sorted(runs, key=lambda p: (p.name, str(p))) or walk_runs(path)
+    if runs:
+        return runs
+    # A folder whose only JSON is plain `*.json` is a run only when nothing deeper is one:
+    # `recadvisor analyze TUNE_OUT` opens its profiles, not its summary.json.
+    if _trace_files(path):
+        return [path]
+    raise ValueError(f"{path}: no profile runs (no *.xplane.pb or trace JSON) found")
 
 
 def walk_runs(root: Path) -> list[Path]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from analyzers.context import Context
 from analyzers.events import cat_map, cat_mask, present_values
-from analyzers.steps import covered_ns
+from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
@@ -118,14 +118,12 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     if ctx.main_line:
         w = w[w["line"] == ctx.main_line]
     # Waits nest (the GetNext op, Iterator::Root, its first stage): one range per covered span.
-    spans: list[list[int]] = []
-    for s, e in sorted(zip(w["start_ns"].tolist(), w["end_ns"].tolist(), strict=True)):
-        if spans and s <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], e)
-        else:
-            spans.append([s, e])
-    spans.sort(key=lambda se: se[0] - se[1])
-    return [(round(s / 1e6, 3), round(e / 1e6, 3)) for s, e in spans[:top]]
+    s = w["start_ns"].to_numpy(np.int64)
+    _, ms, me = merge_intervals(np.zeros(len(s), dtype=np.int64), s, w["end_ns"].to_numpy(np.int64))
+    longest = np.argsort(ms - me, kind="stable")[:top]
+    return [(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(ms[longest].tolist(),
+                                                                    me[longest].tolist(),
+                                                                    strict=True)]
 
 
 # An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.

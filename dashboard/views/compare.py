@@ -26,13 +26,9 @@ if before == after:
     st.warning("The same run is picked twice: choose two different runs.")
     st.stop()
 
-views = {}
-for label in (before, after):
-    with ui.shown_errors(f"cannot analyze {label}"), st.spinner(f"analyzing {label}"):
-        views[label] = ui.view_for(label, options[label])
-if len(views) < 2:
+a, b = ui.analyzed(before, options[before]), ui.analyzed(after, options[after])
+if a is None or b is None:
     st.stop()
-a, b = views[before], views[after]
 if not (a.summary["steps"]["found"] and b.summary["steps"]["found"]):
     st.error("One of the runs has no steps: there is nothing to compare per step.")
     st.stop()

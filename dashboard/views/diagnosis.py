@@ -16,9 +16,7 @@ if choice is None:
     st.info("No runs to diagnose: none under the root and none uploaded (see Runs).")
     st.stop()
 
-view = None
-with ui.shown_errors(f"cannot analyze {choice}"), st.spinner(f"analyzing {choice}"):
-    view = ui.view_for(choice, options[choice])
+view = ui.analyzed(choice, options[choice])
 if view is None:
     st.stop()
 

@@ -294,6 +294,7 @@ def test_tuning_page(page, server):
     _no_crash(page)
     _screenshot(page, "tuning-pareto")
 
+
 def test_bad_input(page, server):
     base, _, _ = server
     page.goto(base + "/diagnosis?run=../../../etc")
