@@ -2,7 +2,8 @@
 
 Columns
 - `host`, `plane` (xplane plane or Chrome-trace process), `line` (thread or stream name): category
-- `line_id`: int64 (xplane line id, or Chrome tid)
+- `line_id`: category of int64 values (xplane line id, or Chrome tid): constant per line, so
+  codes instead of an int64 per event
 - `name`: category — the event name as the profiler wrote it
 - `op_type`: category — TF op type (`scope/op:Type` → `Type`), else the name
 - `kind`: category — what the event is, from generic TF/CUDA signals (KINDS below;
@@ -172,71 +173,98 @@ def present_values(col: pd.Series) -> list[str]:
     return [str(col.cat.categories[c]) for c in np.unique(codes[codes >= 0])]
 
 
-def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
-    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
+def small_codes(n: int) -> np.dtype:
+    """The narrowest signed integer dtype for category codes 0..n-1 and -1 (pandas' own rule),
+    so code columns are built once at their final width instead of as int64 and narrowed."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n < np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
-def _intern(values: np.ndarray | tuple[np.ndarray, list[str]]) -> pd.Categorical:
-    """Per-row values, or (codes, names) so a million rows never become Python strings; a code
-    of -1 (a name the trace does not define) becomes "<unknown>"."""
+def _categorical(codes: np.ndarray, categories: list) -> pd.Categorical:
+    cats = pd.Index(categories, dtype=object) if not categories or isinstance(
+        categories[0], str) else pd.Index(categories)
+    return pd.Categorical.from_codes(codes, categories=cats)
+
+
+# A column given as per-row values, or as (codes, values) so a million rows never become Python
+# objects: codes index values, -1 for "missing" (a name the trace does not define).
+Column = np.ndarray | tuple[np.ndarray, list]
+
+
+def _intern(values: Column) -> pd.Categorical:
+    """The column as a categorical; an absent code (-1) becomes "<unknown>"."""
     if not isinstance(values, tuple):
         return pd.Categorical(values)
     codes, names = values
-    codes = np.asarray(codes, dtype=np.int64)
+    codes = np.asarray(codes)
+    has_unknown = bool(len(codes)) and bool((codes < 0).any())
+    if (not has_unknown and len(set(names)) == len(names)
+            and all(a < b for a, b in zip(names, names[1:], strict=False))):
+        # Already distinct and sorted (the xplane reader's codes): no per-row remapping.
+        return _categorical(codes.astype(small_codes(len(names)), copy=False), list(names))
     uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
     uniq = list(uniq)
-    remap = np.asarray(inverse, dtype=np.int64)
-    if (codes < 0).any():
+    if has_unknown:
         uniq.append("<unknown>")
-        remap = np.append(remap, len(uniq) - 1)  # index -1 picks this last slot
-    return _categorical(remap[codes] if len(codes) else codes, uniq)
+    # The last slot catches code -1: remap[-1] is "<unknown>" (or unused).
+    remap = np.append(inverse, len(uniq) - 1).astype(small_codes(len(uniq)))
+    return _categorical(remap[codes] if len(codes) else codes.astype(remap.dtype), uniq)
 
 
 def build_events(
     *,
     host: str,
-    plane: np.ndarray | tuple[np.ndarray, list[str]],
-    line: np.ndarray | tuple[np.ndarray, list[str]],
-    line_id: np.ndarray,
+    plane: Column,
+    line: Column,
+    line_id: Column,
     name_codes: np.ndarray,
     names: list[str],
     start_ns: np.ndarray,
     dur_ns: np.ndarray,
-    stats: dict[str, np.ndarray],
+    stats: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]],
 ) -> pd.DataFrame:
-    """Assemble the table. `name_codes` index `names` (-1 = unknown name)."""
+    """Assemble the table. `name_codes` index `names` (-1 = unknown name). A stat is a dense
+    per-row array (-1 or None where absent) or (rows, values) for the rows that carry it."""
+    n = len(start_ns)
+    start_ns = np.asarray(start_ns, dtype=np.int64)
+    dur_ns = np.asarray(dur_ns, dtype=np.int64)
     df = pd.DataFrame(
         {
-            "host": _categorical(np.zeros(len(start_ns), dtype=np.int64), [host]),
+            "host": _categorical(np.zeros(n, dtype=np.int8), [host]),
             "plane": _intern(plane),
             "line": _intern(line),
-            "line_id": np.asarray(line_id, dtype=np.int64),
+            "line_id": _intern(line_id),
             "name": _intern((name_codes, names)),
-            "start_ns": np.asarray(start_ns, dtype=np.int64),
-            "dur_ns": np.asarray(dur_ns, dtype=np.int64),
-            "end_ns": np.asarray(start_ns, dtype=np.int64) + np.asarray(dur_ns, dtype=np.int64),
+            "start_ns": start_ns,
+            "dur_ns": dur_ns,
+            "end_ns": start_ns + dur_ns,
         },
         copy=False,  # the arrays are fresh: consolidating them would copy every column
     )
-    n = len(df)
     for col in STAT_COLUMNS:
-        values = stats.get(col)
+        rows, values = _sparse_stat(stats.get(col), col in TEXT_STATS)
         if col in TEXT_STATS:
-            codes = np.full(n, -1, dtype=np.int32)
-            cats: list[str] = []
-            if values is not None:
-                present = np.flatnonzero(pd.notna(values))
-                if len(present):
-                    uniq, inv = np.unique(np.asarray(values[present], dtype=str),
-                                          return_inverse=True)
-                    codes[present] = inv
-                    cats = list(uniq)
-            df[col] = _categorical(codes, cats)
+            uniq, inv = np.unique(np.asarray(values, dtype=str), return_inverse=True)
+            codes = np.full(n, -1, dtype=small_codes(len(uniq)))
+            codes[rows] = inv
+            df[col] = _categorical(codes, list(uniq))
         else:
-            # Absent stats: a broadcast view, so no n-row array is ever allocated for them.
-            dense = values if values is not None else np.broadcast_to(np.int64(-1), (n,))
-            df[col] = pd.arrays.SparseArray(np.asarray(dense, dtype=np.int64), fill_value=-1)
+            df[col] = pd.arrays.SparseArray.from_indices(
+                np.asarray(values, dtype=np.int64), indices=rows, length=n, fill_value=-1,
+                dtype=np.int64)
     return add_derived(df)
+
+
+def _sparse_stat(values, text: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, values) of the rows that carry a stat, from either form build_events accepts."""
+    if values is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object if text else np.int64)
+    if isinstance(values, tuple):
+        return values
+    rows = np.flatnonzero(pd.notna(values) if text else values != -1)
+    return rows, values[rows]
 
 
 def stat(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -253,31 +281,33 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         df["op_type"] = pd.Categorical([])
         df["kind"] = pd.Categorical([], categories=KINDS)
         return df
-    names = df["name"].cat.categories.astype(str)
-    op_types = np.array([op_type_of(n) for n in names], dtype=object)
-    op_uniq, op_inv = np.unique(op_types, return_inverse=True)
+    names = [*map(str, df["name"].cat.categories), "<unknown>"]  # last: code -1
     name_codes = df["name"].cat.codes.to_numpy()
-    df["op_type"] = _categorical(np.where(name_codes >= 0, op_inv[np.maximum(name_codes, 0)], -1),
-                                 list(op_uniq))
-    # Key = name × plane kind × line class; classify each key present once (bincount, no sort).
+    op_types = [op_type_of(n) for n in names[:-1]]
+    op_uniq, op_inv = np.unique(np.asarray(op_types, dtype=object), return_inverse=True)
+    # Lookup tables with one extra slot, so a row's -1 code reads the last one: no n-sized
+    # np.where/np.maximum temporaries.
+    op_map = np.append(op_inv, -1).astype(small_codes(len(op_uniq)))
+    df["op_type"] = _categorical(op_map[name_codes], list(op_uniq))
+    # Key = name × plane kind × line class; each key present is classified once.
     n_cls = len(LINE_CLASSES)
-    plane_role = np.array([is_device_plane(str(p)) for p in df["plane"].cat.categories] + [False])
+    plane_role = np.array([is_device_plane(str(p)) for p in df["plane"].cat.categories] + [0],
+                          dtype=np.int8) * np.int8(n_cls)
     line_role = np.array([LINE_CLASSES.index(line_class(str(x)))
-                          for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int64)
-    ctx = (plane_role[df["plane"].cat.codes.to_numpy()].astype(np.int64) * n_cls
-           + line_role[df["line"].cat.codes.to_numpy()])
-    n_names = len(names) + 1  # the last slot: events without a known name
-    name_c = np.where(name_codes >= 0, name_codes, n_names - 1).astype(np.int64)
-    key = name_c * (2 * n_cls) + ctx
-    present = np.flatnonzero(np.bincount(key, minlength=n_names * 2 * n_cls))
-    table = np.full(n_names * 2 * n_cls, KINDS.index("other"), dtype=np.int8)
-    all_names = [*map(str, names), "<unknown>"]
-    all_ops = [*map(str, op_types), "<unknown>"]
-    for k in present:
-        ni, c = divmod(int(k), 2 * n_cls)
+                          for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int8)
+    key_width = 2 * n_cls
+    name_slot = np.append(np.arange(len(names) - 1), len(names) - 1).astype(np.int32) * key_width
+    key = name_slot[name_codes]
+    key += plane_role[df["plane"].cat.codes.to_numpy()]
+    key += line_role[df["line"].cat.codes.to_numpy()]
+    seen = np.zeros(len(names) * key_width, dtype=bool)
+    seen[key] = True
+    table = np.full(len(seen), KINDS.index("other"), dtype=np.int8)
+    all_ops = [*op_types, "<unknown>"]
+    for k in np.flatnonzero(seen):
+        ni, c = divmod(int(k), key_width)
         device, cls = divmod(c, n_cls)
-        table[k] = KINDS.index(classify(all_names[ni], all_ops[ni], bool(device),
-                                        LINE_CLASSES[cls]))
+        table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
     df["kind"] = _categorical(table[key], list(KINDS))
     return df
 

@@ -4,18 +4,29 @@ Timestamps: TF writes each XLine's `timestamp_ns` relative to the profile start 
 absolute start in the `Task Environment` plane's `profile_start_time` stat (docs/trace-signals.md);
 files from other writers carry absolute line timestamps and no such plane. Either way this module
 returns `t0_unix_ns` and start times relative to it.
+
+Memory: a large file is memory-mapped, not read, and unmapped as soon as the decoder's arrays and
+the few strings the table keeps (line names, text stats) are out of it; the decoder's per-event
+arrays then become the table's columns in place, line by line (the decoder emits each line's
+events contiguously), so no n-sized temporary is built on the way (bench/analyzer_speed.py).
 """
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
-from analyzers.ingest.xplane_arrays import MAX_STAT_ID, XPlaneDecodeError, as_buffer
+from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events, small_codes
+from analyzers.ingest.xplane_arrays import (
+    MAX_STAT_ID,
+    DecodedSpace,
+    XPlaneDecodeError,
+    as_buffer,
+)
 from analyzers.ingest.xplane_schema import XPlane, XSpace
 
 # Below this size protobuf decodes faster than numba can be imported and loaded.
@@ -35,6 +46,17 @@ class XSpaceTable:
     plane_stats: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
+@dataclass
+class _Decoded:
+    """What the table needs from a file, with nothing pointing into the file's bytes."""
+
+    planes: list
+    space: DecodedSpace
+    columns: list[str]
+    line_names: list[str]
+    stats: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
 def _stat_value(stat, names: dict[int, str]) -> object:
     kind = stat.WhichOneof("value")
     if kind is None:
@@ -45,29 +67,56 @@ def _stat_value(stat, names: dict[int, str]) -> object:
 
 def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:
     """`decoder`: "small" (protobuf), "compiled" (numba) or "auto" (by file size)."""
-    data = Path(path).read_bytes()
-    if not data:
-        raise ValueError(f"{path}: empty xplane file")
-    buf = as_buffer(data)
-    try:
-        if decoder == "small" or (decoder == "auto" and len(data) < SMALL_FILE_BYTES):
-            from analyzers.ingest.xplane_small import decode_small
-
-            whole = XSpace.FromString(data)
-            planes = list(whole.planes)
-            want, columns = _wanted_stats(planes)
-            space = decode_small(whole, want)
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if not size:
+            raise ValueError(f"{path}: empty xplane file")
+        f.seek(0)
+        if decoder == "small" or (decoder == "auto" and size < SMALL_FILE_BYTES):
+            d = _decode(f.read(), small=True, path=path)
         else:
-            from analyzers.ingest.xplane_decode import decode_events, decode_plane_rest
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                d = _decode(mapped, small=False, path=path)
+    return _table(d, host)
 
-            planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
-            want, columns = _wanted_stats(planes)
-            space = decode_events(buf, want)
+
+def _decode(data: bytes | mmap.mmap, *, small: bool, path: Path) -> _Decoded:
+    error = None
+    try:
+        return _decode_unchecked(data, small)
     except XPlaneDecodeError as e:
-        raise ValueError(f"{path}: {e}") from None
+        error = f"{path}: {e}"
     except Exception as e:  # protobuf raises its own DecodeError on a corrupt plane
-        raise ValueError(f"{path}: not a valid xplane ({type(e).__name__}: {e})") from None
+        error = f"{path}: not a valid xplane ({type(e).__name__}: {e})"
+    # Raised outside the handler, so no traceback frame keeps a view of a mapping being closed.
+    raise ValueError(error)
 
+
+def _decode_unchecked(data: bytes | mmap.mmap, small: bool) -> _Decoded:
+    if small:
+        from analyzers.ingest.xplane_small import decode_small
+
+        whole = XSpace.FromString(bytes(data))
+        planes = list(whole.planes)
+        want, columns = _wanted_stats(planes)
+        space = decode_small(whole, want)
+    else:
+        from analyzers.ingest.xplane_decode import decode_events, decode_plane_rest
+
+        buf = as_buffer(np.frombuffer(data, dtype=np.uint8))
+        planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
+        want, columns = _wanted_stats(planes)
+        space = decode_events(buf, want)
+    lines_s = space.lines_s
+    line_names = [space.text(*(d if d[1] else n))
+                  for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)]
+    stats = _stat_columns(space, planes, columns)
+    space.buf = np.zeros(0, dtype=np.uint8)  # the file's bytes are not needed any more
+    return _Decoded(planes, space, columns, line_names, stats)
+
+
+def _table(d: _Decoded, host: str) -> XSpaceTable:
+    planes, space = d.planes, d.space
     plane_stats: dict[str, dict[str, object]] = {}
     for p in planes:
         stat_names = {k: m.name for k, m in p.stat_metadata.items()}
@@ -76,61 +125,91 @@ def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:
     start = plane_stats.get(TASK_ENV_PLANE, {}).get("profile_start_time")
     t0 = int(start) if isinstance(start, int) else 0
 
-    lines_i, lines_s = space.lines_i, space.lines_s
-    ev_line = space.ev_line
-    ev_plane = lines_i[ev_line, 0] if len(ev_line) else np.zeros(0, dtype=np.int64)
-    line_names = [space.text(*(d if d[1] else n))
-                  for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)]
-    line_ts = lines_i[:, 2]
+    lines_i, ev_line = space.lines_i, space.ev_line
+    if len(ev_line) > 1 and (ev_line[1:] < ev_line[:-1]).any():
+        raise RuntimeError("decoder invariant broken: events not grouped by line")
+    # Events arrive grouped by line, in line order: line k's events are ev[bounds[k]:bounds[k+1]].
+    per_line = np.bincount(ev_line, minlength=len(lines_i)) if len(ev_line) else np.zeros(
+        len(lines_i), dtype=np.int64)
+    bounds = np.concatenate(([0], np.cumsum(per_line)))
+    line_ts = lines_i[:, 2].copy()
     if t0 == 0 and len(ev_line):
         # Absolute line timestamps (no Task Environment plane): the earliest line with events
         # starts the trace (empty lines may carry timestamp 0).
-        t0 = int(line_ts[np.unique(ev_line)].min())
-        line_ts = line_ts - t0
-    start_ns = line_ts[ev_line] + space.ev_off // 1000
-    dur_ns = space.ev_dur // 1000
+        t0 = int(line_ts[per_line > 0].min())
+        line_ts -= t0
 
-    # Event names: per plane metadata ids → one global list of names, then integer codes.
-    names: list[str] = []
-    codes = np.full(len(ev_line), -1, dtype=np.int64)
-    for pi, p in enumerate(planes):
-        if not p.event_metadata:
-            continue
-        sel = np.flatnonzero(ev_plane == pi) if len(planes) > 1 else np.arange(len(ev_line))
-        if not len(sel):
-            continue
-        ids = np.fromiter(p.event_metadata.keys(), dtype=np.int64, count=len(p.event_metadata))
-        ids.sort()
-        meta = [p.event_metadata[int(i)] for i in ids]
-        mids = space.ev_mid[sel]
-        if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
-            # TF's ids are small and dense: a lookup table beats a binary search per event.
-            lut = np.full(int(ids[-1]) + 1, -1, dtype=np.int64)
-            lut[ids] = np.arange(len(ids)) + len(names)
-            inside = (mids >= 0) & (mids <= ids[-1])
-            codes[sel[inside]] = lut[mids[inside]]
-        else:
-            pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
-            known = ids[pos] == mids
-            codes[sel[known]] = pos[known] + len(names)
-        names.extend(m.name or m.display_name for m in meta)
+    # Name codes index the sorted distinct names of all planes; unknown metadata ids get the
+    # extra last code, "<unknown>" (added only if some event needs it).
+    plane_names = [[m.name or m.display_name for m in (p.event_metadata[i] for i in
+                    sorted(p.event_metadata))] for p in planes]
+    categories, inverse = _distinct([n for ns in plane_names for n in ns])
+    unknown = len(categories)
+    codes = np.empty(len(ev_line), dtype=small_codes(unknown + 1))
+    start_ns, dur_ns, mids = space.ev_off, space.ev_dur, space.ev_mid
+    first = 0
+    luts = []
+    for p, names in zip(planes, plane_names, strict=True):
+        ids = np.array(sorted(p.event_metadata), dtype=np.int64)
+        luts.append((ids, inverse[first:first + len(names)].astype(codes.dtype)))
+        first += len(names)
+    for k in np.flatnonzero(per_line):
+        a, b = bounds[k], bounds[k + 1]
+        # offset_ps → start_ns and duration_ps → dur_ns, in the decoder's own arrays.
+        np.floor_divide(start_ns[a:b], 1000, out=start_ns[a:b])
+        start_ns[a:b] += line_ts[k]
+        np.floor_divide(dur_ns[a:b], 1000, out=dur_ns[a:b])
+        codes[a:b] = _name_codes(mids[a:b], *luts[lines_i[k, 0]], unknown)
+    space.ev_mid = np.zeros(0, dtype=np.int64)
+    names = [*map(str, categories)]
+    if len(codes) and (codes == unknown).any():
+        names.append("<unknown>")
 
+    line_plane = lines_i[:, 0]
     return XSpaceTable(
         events=build_events(
             host=host,
-            plane=(ev_plane, [p.name for p in planes]),
-            line=(ev_line, line_names),
-            line_id=lines_i[ev_line, 1],
+            plane=_per_line(line_plane, [p.name for p in planes], per_line),
+            line=_per_line(np.arange(len(lines_i)), d.line_names, per_line),
+            line_id=_per_line(np.arange(len(lines_i)), list(lines_i[:, 1]), per_line),
             name_codes=codes,
             names=names,
             start_ns=start_ns,
             dur_ns=dur_ns,
-            stats=_stat_columns(space, planes, columns, ev_plane),
+            stats=d.stats,
         ),
         t0_unix_ns=t0,
         planes=[p.name for p in planes],
         plane_stats=plane_stats,
     )
+
+
+def _name_codes(mids: np.ndarray, ids: np.ndarray, codes: np.ndarray, unknown: int) -> np.ndarray:
+    """Metadata ids of one line's events → name codes (`unknown` for ids the plane lacks)."""
+    if not len(ids):
+        return np.full(len(mids), unknown, dtype=codes.dtype)
+    if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
+        # TF's ids are small and dense: a lookup table beats a binary search per event.
+        lut = np.full(int(ids[-1]) + 2, unknown, dtype=codes.dtype)
+        lut[ids] = codes
+        return lut[np.clip(mids, -1, len(lut) - 1)]  # -1 and ids past the end: the last slot
+    pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
+    return np.where(ids[pos] == mids, codes[pos], unknown).astype(codes.dtype)
+
+
+def _per_line(line_value: np.ndarray, values: list, per_line: np.ndarray
+              ) -> tuple[np.ndarray, list]:
+    """A column that is constant within each line: (row codes, distinct values), built from one
+    small code per line repeated over that line's events."""
+    uniq, inverse = _distinct([values[i] for i in line_value])
+    return np.repeat(inverse.astype(small_codes(len(uniq))), per_line), list(uniq)
+
+
+def _distinct(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and each value's index among them."""
+    if not values:
+        return np.asarray([], dtype=object), np.zeros(0, dtype=np.int64)
+    return np.unique(np.asarray(values, dtype=object), return_inverse=True)
 
 
 def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
@@ -150,35 +229,41 @@ def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
     return want, columns
 
 
-def _stat_columns(space, planes: list, columns: list[str],
-                  ev_plane: np.ndarray) -> dict[str, np.ndarray]:
-    """The decoded stats as one column each: int64 with -1 for absent, or object for text."""
-    n = len(space.ev_line)
+def _stat_columns(space: DecodedSpace, planes: list, columns: list[str]
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The decoded stats, one column each as (event rows, values): ints, or str for text stats.
+    Where an event carries one column twice (aliases), the last value wins."""
     si = space.stats_i
-    out: dict[str, np.ndarray] = {}
+    ev_plane = space.lines_i[space.ev_line[si[:, 0]], 0] if len(si) else np.zeros(0, np.int64)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for ci, col in enumerate(columns):
         rows = np.flatnonzero(si[:, 1] == ci)
         if not len(rows):
             continue
         kinds, events, values = si[rows, 2], si[rows, 0], si[rows, 3]
         if col in TEXT_STATS:
-            arr = np.full(n, None, dtype=object)
-            refs = kinds == _REF
-            if refs.any():
-                for pi, p in enumerate(planes):
-                    in_plane = refs & (ev_plane[events] == pi)
-                    if in_plane.any():
-                        ref_names = {k: m.name for k, m in p.stat_metadata.items()}
-                        arr[events[in_plane]] = [ref_names.get(int(v), "") for v in
-                                                 values[in_plane]]
-            texts = (kinds == _STR) | (kinds == _BYTES)
-            for r in np.flatnonzero(texts):
-                arr[events[r]] = space.text(int(values[r]), int(si[rows[r], 4]))
+            refs = np.flatnonzero(kinds == _REF)
+            texts = np.flatnonzero((kinds == _STR) | (kinds == _BYTES))
+            ref_names = [{k: m.name for k, m in p.stat_metadata.items()} for p in planes]
+            values_out = [ref_names[ev_plane[rows[r]]].get(int(values[r]), "") for r in refs]
+            values_out += [space.text(int(values[r]), int(si[rows[r], 4])) for r in texts]
+            # Text values after references: where both exist for an event, the text wins.
+            out[col] = _last_per_event(np.concatenate((events[refs], events[texts])),
+                                       np.asarray(values_out, dtype=object))
         else:
-            arr = np.full(n, -1, dtype=np.int64)
             ints = (kinds == _INT64) | (kinds == _UINT64) | (kinds == _REF)
-            arr[events[ints]] = values[ints]
             dbl = kinds == _DOUBLE
-            arr[events[dbl]] = space.stats_d[rows[dbl]].astype(np.int64)
-        out[col] = arr
+            # Doubles after ints: where both exist for an event, the double wins, as it always has.
+            out[col] = _last_per_event(
+                np.concatenate((events[ints], events[dbl])),
+                np.concatenate((values[ints], space.stats_d[rows[dbl]].astype(np.int64))),
+            )
     return out
+
+
+def _last_per_event(events: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(events, kind="stable")
+    events, values = events[order], values[order]
+    last = np.ones(len(events), dtype=bool)
+    last[:-1] = events[1:] != events[:-1]
+    return events[last], values[last]

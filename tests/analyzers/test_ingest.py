@@ -130,6 +130,7 @@ def _table_rows(df: pd.DataFrame) -> pd.DataFrame:
     out = df[["plane", "line", "line_id", "name", "start_ns", "dur_ns"]].copy()
     for col in ("plane", "line", "name"):
         out[col] = out[col].astype(str)
+    out["line_id"] = out["line_id"].astype(np.int64)  # categorical: one code per event
     return out.reset_index(drop=True)
 
 
@@ -753,8 +754,12 @@ def test_step_breakdown_none(tmp_path):
 def test_numpy_only_types_in_table(tmp_path):
     _step_trace().write(tmp_path)
     df = load_run(tmp_path).events
-    for col in ("start_ns", "dur_ns", "line_id"):
+    for col in ("start_ns", "dur_ns", "end_ns"):
         assert df[col].dtype == np.int64, col
+    # Per-line and per-name values are categories with narrow codes, not a value per event.
+    assert df["line_id"].cat.categories.dtype == np.int64
+    for col in ("plane", "line", "line_id", "name", "op_type", "kind"):
+        assert df[col].cat.codes.dtype == np.int8, col
     # Stat columns are sparse: most events carry none of them.
     assert df["step_num"].dtype == pd.SparseDtype(np.int64, -1)
 
