@@ -1,10 +1,11 @@
-"""Everything detectors read, computed once per run: the event table restricted to the steps, the
-step breakdown, the main (step-driving) thread, device facts and the optional sampler/metadata."""
+"""Everything detectors read: the step breakdown, the main (step-driving) thread, device facts and
+the optional sampler/metadata, computed once per run; and the events of a few kinds clipped to the
+steps, built on request (a clipped copy of the whole table would cost more than the table)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -12,12 +13,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.events import is_device_plane, present_values
+from analyzers.events import cat_mask, is_device_plane, present_values
 from analyzers.ingest.logdir import RunData
 from analyzers.scaling import metadata_device_count
-from analyzers.steps import Steps, clip_to_steps, step_breakdown
+from analyzers.steps import Steps, chunks, clip_to_steps, step_breakdown
 
 _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
+# What Context.in_steps can give: event columns, then the step index and the clipped times.
+IN_STEP_COLUMNS = ("plane", "line", "name", "op_type", "kind",
+                   "step_idx", "start_ns", "end_ns", "dur_ns")
+_CLIPPED = ("step_idx", "start_ns", "end_ns", "dur_ns")
 
 
 @dataclass
@@ -53,23 +58,50 @@ class Context:
     def n_steps(self) -> int:
         return len(self.steps.table)
 
-    @cached_property
-    def in_steps(self) -> pd.DataFrame:
-        """Events clipped to step windows, with a `step_idx` column (an event spanning two steps
-        appears twice, each part with its clipped times)."""
+    def in_steps(self, kinds: Iterable[str] | None = None, *, line: str | None = None,
+                 name: Callable[[str], object] | None = None,
+                 plane: Callable[[str], object] | None = None,
+                 columns: Iterable[str] = IN_STEP_COLUMNS) -> pd.DataFrame:
+        """The events of `kinds`, on `line`, whose name and plane pass `name` and `plane` (each
+        filter only when given), clipped to the step windows: one row per part of an event inside
+        a step (an event spanning two steps appears twice, each part with its clipped times), in
+        event order. Only the asked `columns` (of IN_STEP_COLUMNS) are built: detectors ask for a
+        few kinds and columns, so no clipped copy of the whole table is ever made."""
         ev = self.events
-        t = self.steps.table
-        idx, step, s, e = self.steps.clipped or clip_to_steps(
-            ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64),
-            t["start_ns"].to_numpy(np.int64), t["end_ns"].to_numpy(np.int64),
-        )
-        cols = ["plane", "line", "name", "op_type", "kind", "line_id"]
-        out = ev[cols].iloc[idx].reset_index(drop=True)
-        out["step_idx"] = step
-        out["start_ns"] = s
-        out["end_ns"] = e
-        out["dur_ns"] = e - s
-        return out
+        columns = list(columns)
+        tests = {"kind": None if kinds is None else set(kinds).__contains__,
+                 "line": None if line is None else line.__eq__, "name": name, "plane": plane}
+        mask = None
+        for col, keep in tests.items():
+            if keep is not None:
+                rows = cat_mask(ev[col], keep)
+                mask = rows if mask is None else mask & rows
+        if mask is None:
+            mask = np.ones(len(ev), dtype=bool)
+        starts = ev["start_ns"].to_numpy(np.int64)
+        ends = ev["end_ns"].to_numpy(np.int64)
+        w_start = self.steps.table["start_ns"].to_numpy(np.int64)
+        w_end = self.steps.table["end_ns"].to_numpy(np.int64)
+        # Categorical columns travel as their codes (views, no copy).
+        taken = {c: _values(ev[c]) for c in columns if c not in _CLIPPED}
+        # Filled block by block: one part per selected event unless some span several steps.
+        out = {c: np.empty(int(mask.sum()), dtype=taken[c].dtype if c in taken else np.int64)
+               for c in columns}
+        n = 0
+        for block in chunks(len(ev)):
+            rows = np.flatnonzero(mask[block]) + block.start
+            idx, step, s, e = clip_to_steps(starts[rows], ends[rows], w_start, w_end)
+            part = {"step_idx": step, "start_ns": s, "end_ns": e, "dur_ns": e - s}
+            for c in columns:
+                if n + len(idx) > len(out[c]):
+                    out[c] = _grown(out[c], n + len(idx))
+                out[c][n:n + len(idx)] = part[c] if c in part else taken[c][rows[idx]]
+            n += len(idx)
+        df = {c: out[c][:n] for c in columns}
+        for c in taken:
+            if isinstance(ev[c].dtype, pd.CategoricalDtype):
+                df[c] = pd.Categorical.from_codes(df[c], dtype=ev[c].dtype, validate=False)
+        return pd.DataFrame(df, columns=columns, copy=False)
 
     @cached_property
     def device_planes(self) -> list[str]:
@@ -107,3 +139,13 @@ class Context:
         cfg = (self.run.metadata or {}).get("config")
         return cfg if isinstance(cfg, dict) else None
 
+
+def _values(col: pd.Series) -> np.ndarray:
+    """A column's values as stored: a categorical's codes, without a copy."""
+    return col.array.codes if isinstance(col.dtype, pd.CategoricalDtype) else col.to_numpy()
+
+
+def _grown(a: np.ndarray, n: int) -> np.ndarray:
+    b = np.empty(max(n, 2 * len(a)), dtype=a.dtype)
+    b[:len(a)] = a
+    return b

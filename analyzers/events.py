@@ -155,22 +155,22 @@ def cat_mask(col: pd.Series, pred: Callable[[str], object]) -> np.ndarray:
     string tests on a million events cost as much as on their few hundred distinct names."""
     cats = col.cat.categories
     flags = np.fromiter((bool(pred(str(c))) for c in cats), dtype=bool, count=len(cats))
-    codes = col.cat.codes.to_numpy()
-    return np.where(codes >= 0, flags[np.maximum(codes, 0)], False) if len(cats) else np.zeros(
-        len(col), dtype=bool)
+    # `array.codes` is the stored array (`cat.codes` copies it); the extra slot reads code -1.
+    return np.append(flags, False)[col.array.codes]
 
 
 def cat_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
     """`func` applied once per distinct value; an object array over the rows (None if missing)."""
     cats = col.cat.categories
     values = np.array([func(str(c)) for c in cats] + [None], dtype=object)
-    codes = col.cat.codes.to_numpy()
-    return values[np.where(codes >= 0, codes, len(cats))]
+    return values[col.array.codes]
 
 
 def present_values(col: pd.Series) -> list[str]:
-    codes = col.cat.codes.to_numpy()
-    return [str(col.cat.categories[c]) for c in np.unique(codes[codes >= 0])]
+    cats = col.cat.categories
+    seen = np.zeros(len(cats) + 1, dtype=bool)
+    seen[col.array.codes] = True  # no sort: a flag per category
+    return [str(cats[c]) for c in np.flatnonzero(seen[:-1])]
 
 
 def small_codes(n: int) -> np.dtype:

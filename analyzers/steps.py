@@ -16,6 +16,7 @@ and collectives count only where they are exposed, not where they overlap comput
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +48,6 @@ class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
     source: str  # "markers:<name>", "function:<name>" or "none"
     line: str | None = None  # the thread that drives the steps (markers or calls live there)
-    # Events clipped to the steps (event row, step index, start, end): computed once, shared
-    # with the detectors' in-step view.
-    clipped: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def found(self) -> bool:
@@ -69,16 +67,30 @@ def _main_line(events: pd.DataFrame) -> str | None:
     return str(events["line"].value_counts().idxmax()) if len(events) else None
 
 
+def _present_stat(events: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, values) of the events carrying stat `col` (value >= 0), in row order. A sparse
+    column hands them over as stored, without a dense copy of the whole table."""
+    values = events[col].array
+    if isinstance(values, pd.arrays.SparseArray) and values.fill_value < 0:
+        rows, values = values.sp_index.indices, values.sp_values
+    else:
+        values = stat(events, col)
+        rows = np.arange(len(values))
+    keep = values >= 0
+    return rows[keep], values[keep]
+
+
 def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | None]:
     """Return (DataFrame[step, start_ns, end_ns], source, step-driving line)."""
-    host = cat_mask(events["plane"], lambda p: not is_device_plane(p))
-    step_num = stat(events, "step_num")
-    sel = host & (step_num >= 0)
-    marked = events[sel][["name", "line", "start_ns", "end_ns", "dur_ns"]]
+    rows, step_num = _present_stat(events, "step_num")
+    host = cat_mask(events["plane"].iloc[rows], lambda p: not is_device_plane(p))
+    rows, step_num = rows[host], step_num[host]
+    marked = events[["name", "line", "start_ns", "end_ns", "dur_ns"]].iloc[rows]
     if len(marked):
-        marked = marked.assign(step_num=step_num[sel], root=stat(events, "root")[sel])
-        if (marked["root"] > 0).any():
-            marked = marked[marked["root"] > 0]
+        root_rows, root = _present_stat(events, "root")
+        marked = marked.assign(step_num=step_num, root=np.isin(rows, root_rows[root > 0]))
+        if marked["root"].any():
+            marked = marked[marked["root"]]
         # One marker family per name, with a step counter in the name folded (ProfilerStep#3).
         family = cat_map(marked["name"], lambda n: _COUNTER.sub("#N", n))
         marked = marked.assign(family=family)
@@ -91,6 +103,7 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | No
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
             return _chain(w), f"markers:{best}", _main_line(m)
+    host = cat_mask(events["plane"], lambda p: not is_device_plane(p))
     calls = events[host & cat_mask(events["name"], _TRAIN_FN.search)]
     if len(calls):
         per_name = calls.groupby("name", observed=True).agg(n=("dur_ns", "size"),
@@ -114,72 +127,130 @@ def _chain(w: pd.DataFrame) -> pd.DataFrame:
     return w[w["end_ns"] > w["start_ns"]].reset_index(drop=True)
 
 
+# Row block for the passes over the whole event table: their temporaries stay a few MB each
+# instead of growing with the trace.
+CHUNK = 1 << 16
+
+
+def chunks(n: int, size: int = CHUNK) -> Iterator[slice]:
+    """Row blocks covering range(n); one empty block when n is 0."""
+    return (slice(a, min(a + size, n)) for a in range(0, max(n, 1), size))
+
+
 def clip_to_steps(starts: np.ndarray, ends: np.ndarray, w_start: np.ndarray,
                   w_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Split intervals at step boundaries: (interval index, step index, clipped start, end).
     Intervals outside every step are dropped; one spanning k steps appears k times."""
-    first = np.searchsorted(w_start, starts, side="right") - 1
-    last = np.searchsorted(w_start, ends, side="left") - 1
-    first = np.maximum(first, 0)
-    n = np.maximum(last - first + 1, 0)
-    idx = np.repeat(np.arange(len(starts)), n)
-    step = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-    ok = (step >= 0) & (step < len(w_start))
-    idx, step = idx[ok], step[ok]
+    if not len(w_start):
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none, none
+    first = np.maximum(np.searchsorted(w_start, starts, side="right") - 1, 0)
+    next_start = np.append(w_start[1:], np.iinfo(np.int64).max)
+    if not (ends > next_start[first]).any():
+        # Nothing reaches into a later step (the common case): one part per interval at most,
+        # and those outside every step come out empty below.
+        idx, step = np.arange(len(starts)), first
+    else:
+        last = np.searchsorted(w_start, ends, side="left") - 1
+        n = np.maximum(last - first + 1, 0)  # 0 <= first <= step <= last < len(w_start)
+        idx = np.repeat(np.arange(len(starts)), n)
+        step = np.repeat(first, n) + (np.arange(len(idx)) - np.repeat(np.cumsum(n) - n, n))
     s = np.maximum(starts[idx], w_start[step])
     e = np.minimum(ends[idx], w_end[step])
     keep = e > s
     return idx[keep], step[keep], s[keep], e[keep]
 
 
-def merge_intervals(step: np.ndarray, s: np.ndarray, e: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Disjoint, sorted union of intervals that never cross a step boundary (steps are disjoint
-    and time-ordered, so sorting by start keeps each step's intervals together)."""
+def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted union of the intervals [s, e]; intervals that touch are joined."""
     if not len(s):
-        return step, s, e
-    order = np.argsort(s, kind="stable")
-    s, e, step = s[order], e[order], step[order]
+        return s, e
+    if (s[1:] < s[:-1]).any():
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     first = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
     last = np.concatenate((first[1:] - 1, [len(s) - 1]))
-    return step[first], s[first], reach[last]
+    return s[first], reach[last]
 
 
 def covered_ns(s: np.ndarray, e: np.ndarray) -> int:
     """Time covered by at least one of the intervals."""
-    _, ms, me = merge_intervals(np.zeros(len(s), dtype=np.int64), np.asarray(s), np.asarray(e))
+    ms, me = merge_intervals(np.asarray(s), np.asarray(e))
     return int((me - ms).sum())
 
 
+def _category_codes(kind: pd.Series) -> np.ndarray:
+    """Per event, the index of the breakdown category its kind feeds (-1: none)."""
+    of_kind = [next((i for i, feeding in enumerate(CATEGORIES.values()) if k in feeding), -1)
+               for k in kind.cat.categories]
+    return np.array([*of_kind, -1], dtype=np.int8)[kind.array.codes]  # code -1 reads the last
+
+
+def _cumulative_cover(events: pd.DataFrame, w_start: np.ndarray,
+                      w_end: np.ndarray) -> np.ndarray:
+    """cover[i, k]: the time of step k covered by events feeding categories 0..i.
+
+    Steps are contiguous (_chain), so each event is clipped to the span of all steps and the union
+    of those intervals counts, span by span, in the step where the span starts (the parts of an
+    event crossing a step boundary touch, so splitting events at boundaries would merge them back
+    into one span in the same step). The events are swept in start order, one block of rows at a
+    time: every span of a union but its last is final once the block is merged, so no temporary
+    grows with the trace.
+    """
+    n_cat = len(CATEGORIES)
+    starts = events["start_ns"].to_numpy(np.int64)
+    ends = events["end_ns"].to_numpy(np.int64)
+    category = _category_codes(events["kind"])
+    present = np.flatnonzero(np.bincount(category[category >= 0], minlength=n_cat))
+    cover = np.zeros((n_cat, len(w_start)))  # float sums of whole ns: exact below 2**53
+    lo, hi = w_start[0], w_end[-1]
+    # The last span of each category's union: later events may still extend it. It starts empty
+    # at the first step's start, where an empty span adds nothing.
+    open_s = np.full(n_cat, lo)
+    open_e = np.full(n_cat, lo)
+    order = np.argsort(starts, kind="stable")
+    for block in chunks(len(order)):
+        rows = order[block]
+        s = np.maximum(starts[rows], lo)
+        e = np.minimum(ends[rows], hi)
+        c = category[rows]
+        keep = (e > s) & (c >= 0)  # as clipping does: empty intervals cover nothing
+        s, e, c = s[keep], e[keep], c[keep]
+        for i in present:
+            sel = c <= i
+            ms, me = merge_intervals(np.append(open_s[i], s[sel]), np.append(open_e[i], e[sel]))
+            _add_cover(cover[i], ms[:-1], me[:-1], w_start)
+            open_s[i], open_e[i] = ms[-1], me[-1]
+    for i in present:
+        _add_cover(cover[i], open_s[i:i + 1], open_e[i:i + 1], w_start)
+    # A category without events covers what the ones before it do.
+    for i in range(1, n_cat):
+        if i not in present:
+            cover[i] = cover[i - 1]
+    return cover
+
+
+def _add_cover(cover: np.ndarray, s: np.ndarray, e: np.ndarray, w_start: np.ndarray) -> None:
+    step = np.searchsorted(w_start, s, side="right") - 1
+    cover += np.bincount(step, weights=e - s, minlength=len(cover))
+
+
 def step_breakdown(events: pd.DataFrame) -> Steps:
+    """Step windows and each category's exposed time per step: what it covers beyond the
+    categories before it."""
     windows, source, line = find_step_windows(events)
     cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
     if windows.empty:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
-    n = len(windows)
-    cover_prev = np.zeros(n, dtype=np.int64)
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
-    # Union of the categories so far, kept merged: each category's intervals are sorted once and
-    # the running union stays small.
-    acc_step = np.zeros(0, dtype=np.int64)
-    acc_s = acc_e = np.zeros(0, dtype=np.int64)
-    clipped = clip_to_steps(events["start_ns"].to_numpy(), events["end_ns"].to_numpy(),
-                            w_start, w_end)
-    idx, c_step, c_s, c_e = clipped
-    kind_codes = events["kind"].cat.codes.to_numpy()[idx]
-    kinds = list(events["kind"].cat.categories)
-    for cat, feeding in CATEGORIES.items():
-        sel = np.isin(kind_codes, [kinds.index(k) for k in feeding if k in kinds])
-        st, s, e = merge_intervals(c_step[sel], c_s[sel], c_e[sel])
-        acc_step, acc_s, acc_e = merge_intervals(np.concatenate((acc_step, st)),
-                                                 np.concatenate((acc_s, s)),
-                                                 np.concatenate((acc_e, e)))
-        cover = np.bincount(acc_step, weights=acc_e - acc_s, minlength=n).astype(np.int64)
-        out[cat] = cover - cover_prev
-        cover_prev = cover
-    out[IDLE] = out["dur_ns"] - cover_prev
-    return Steps(out[cols].astype(np.int64), source, line, clipped)
+    cover = _cumulative_cover(events, w_start, w_end).astype(np.int64)
+    prev = np.zeros(len(windows), dtype=np.int64)
+    for cat, c in zip(CATEGORIES, cover, strict=True):
+        out[cat] = c - prev
+        prev = c
+    out[IDLE] = out["dur_ns"] - prev
+    return Steps(out[cols].astype(np.int64), source, line)

@@ -28,8 +28,7 @@ def detect(ctx: Context) -> Finding | None:
     # exchange becomes local gathers on the same cores; only the reduction over the replicas'
     # copies ((n-1)/n of it) is redundant, and halving the devices removes half of that.
     saved = share if ctx.has_accelerator else share * (1 - target / n_dev) * (n_dev - 1) / n_dev
-    ev = ctx.in_steps
-    coll = ev[ev["kind"].isin(["collective", "d2d"])]
+    coll = ctx.in_steps(kinds=("collective", "d2d"), columns=("name", "dur_ns"))
     step_ms = ctx.steps.median_step_ns() / 1e6
     changes = {}
     if ctx.config:

@@ -15,10 +15,8 @@ MIN_PER_STEP = 4
 
 
 def detect(ctx: Context) -> Finding | None:
-    ev = ctx.in_steps
-    conv = ev[ev["kind"] == "convert"]
-    if ctx.main_line:
-        conv = conv[conv["line"] == ctx.main_line]
+    conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
+                        columns=("name", "dur_ns"))
     per_step = len(conv) / max(ctx.n_steps, 1)
     if per_step < MIN_PER_STEP:
         return None

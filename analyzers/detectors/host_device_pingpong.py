@@ -8,6 +8,7 @@ compute plus those copies is what keeping the step on the device would save.
 from __future__ import annotations
 
 from analyzers.context import Context
+from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 
 ID = "host_device_pingpong"
@@ -17,13 +18,14 @@ MIN_SHARE = 0.03
 def detect(ctx: Context) -> Finding | Skipped | None:
     if not ctx.has_accelerator:
         return Skipped(ID, "no accelerator plane in the trace: host and device are the same CPU")
-    ev = ctx.in_steps
-    dev = ev["plane"].isin(ctx.device_planes)
-    d2h = ev[dev & (ev["kind"] == "d2h")]
-    host_ops = ev[~dev & (ev["kind"] == "host_op")]
+    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("name",))
     per_step = len(d2h) / max(ctx.n_steps, 1)
     share = ctx.fractions.get("host_compute", 0.0) + ctx.fractions.get("copy_h2d", 0.0) * 0.5
-    if per_step < 1 or share < MIN_SHARE or host_ops.empty:
+    if per_step < 1 or share < MIN_SHARE:
+        return None
+    host_ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
+                            columns=("name", "dur_ns"))
+    if host_ops.empty:
         return None
     return Finding(
         id=ID,

@@ -70,7 +70,8 @@ def detect(ctx: Context) -> Finding | None:
                  "speedup_if_wait_removed": round(speedup_from_saving(wait), 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2)},
-        top_events=heaviest_events(ctx.in_steps[ctx.in_steps["kind"] == "input_work"]),
+        top_events=heaviest_events(ctx.in_steps(kinds=("input_work",),
+                                                columns=("name", "dur_ns"))),
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )

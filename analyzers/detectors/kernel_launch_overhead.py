@@ -21,9 +21,8 @@ RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
 
 
 def detect(ctx: Context) -> Finding | None:
-    ev = ctx.in_steps
     if ctx.has_accelerator:
-        ops = ev[ev["kind"] == "device_compute"]
+        kind = "device_compute"
         limit_us = MAX_KERNEL_US
         # Launch and framework time can only cost what the device sits idle.
         idle = 1.0 - ctx.fractions.get("device_compute", 0.0)
@@ -31,10 +30,11 @@ def detect(ctx: Context) -> Finding | None:
                        idle)
         what = "kernels"
     else:
-        ops = ev[ev["kind"] == "host_op"]
+        kind = "host_op"
         limit_us = MAX_HOST_OP_US
         overhead = ctx.fractions.get("framework", 0.0) + ctx.fractions.get("launch", 0.0)
         what = "TF ops"
+    ops = ctx.in_steps(kinds=(kind,), columns=("name", "dur_ns"))
     per_step = len(ops) / max(ctx.n_steps, 1)
     if per_step < MIN_OPS_PER_STEP:
         return None

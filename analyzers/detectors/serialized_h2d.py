@@ -11,7 +11,7 @@ only the serialized issuing, not the copy work: the estimate says so.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.events import cat_mask
+from analyzers.events import is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import covered_ns
 
@@ -21,9 +21,13 @@ _HOST_COPY_NAMES = ("EagerCopyToDevice", "EagerLocalExecute: _EagerConst",
                     "EagerLocalExecute: DeepCopy", "tf.constant")
 
 
+def _is_host_copy(name: str) -> bool:
+    return name in _HOST_COPY_NAMES or name.startswith("_Send input")
+
+
 def _gpu(ctx: Context) -> Finding | None:
-    ev = ctx.in_steps
-    h2d = ev[(ev["kind"] == "h2d") & ev["plane"].isin(ctx.device_planes)]
+    h2d = ctx.in_steps(kinds=("h2d",), plane=is_device_plane,
+                       columns=("plane", "name", "start_ns", "end_ns", "dur_ns"))
     if h2d.empty or h2d["plane"].nunique() < 2:
         return None
     # In-step intervals never cross a step boundary: one union over all steps is their sum.
@@ -55,12 +59,10 @@ def _gpu(ctx: Context) -> Finding | None:
 
 
 def _host(ctx: Context) -> Finding | None:
-    ev = ctx.in_steps
     if ctx.main_line is None:
         return None
-    main = ev[ev["line"] == ctx.main_line]
-    copies = main[main["name"].isin(_HOST_COPY_NAMES)
-                  | cat_mask(main["name"], lambda n: n.startswith("_Send input"))]
+    copies = ctx.in_steps(line=ctx.main_line, name=_is_host_copy,
+                          columns=("name", "start_ns", "end_ns", "dur_ns"))
     n_dev = ctx.n_devices
     per_step = len(copies) / max(ctx.n_steps, 1)
     # Eager ops copy their inputs too; only a burst of explicit per-device copies counts.

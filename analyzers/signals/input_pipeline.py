@@ -57,15 +57,20 @@ def _max_concurrency(s: np.ndarray, e: np.ndarray) -> int:
     return int(np.cumsum(delta[order]).max())
 
 
+def _is_stage_or_prefetch(name: str) -> bool:
+    return name.startswith("Iterator::") or name == "PrefetchConsume"
+
+
 def analyze_input_pipeline(ctx: Context) -> InputPipeline:
     return ctx.memo("input_pipeline", lambda: _analyze(ctx))
 
 
 def _analyze(ctx: Context) -> InputPipeline:
-    ev = ctx.in_steps
-    paths = sorted({_BRACKETS.sub("", n) for n in present_values(ev["name"])
+    named = ctx.in_steps(name=_is_stage_or_prefetch, columns=("name",))["name"]
+    paths = sorted({_BRACKETS.sub("", n) for n in present_values(named)
                     if n.startswith("Iterator::")})
-    work = ev[ev["kind"] == "input_work"]
+    work = ctx.in_steps(kinds=("input_work",),
+                        columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
     wname = work["name"]
     is_stage = cat_mask(wname, lambda n: n.startswith("Iterator::"))
     # Map-function ops are `scope/op:Type` events; `ExecutorState::Process` and other `A::B`
@@ -96,7 +101,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     return InputPipeline(
         present=bool(paths) or len(work) > 0,
         stage_paths=paths,
-        has_prefetch="Prefetch" in path_text or (ev["name"] == "PrefetchConsume").any(),
+        has_prefetch="Prefetch" in path_text or (named == "PrefetchConsume").any(),
         parallel_stages=parallel,
         sequential_stages=sequential,
         map_before_batch=bool(map_before),
@@ -113,13 +118,10 @@ def _analyze(ctx: Context) -> InputPipeline:
 
 def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     """The longest input waits, as (start, end) in ms from the trace start."""
-    ev = ctx.in_steps
-    w = ev[ev["kind"] == "input_wait"]
-    if ctx.main_line:
-        w = w[w["line"] == ctx.main_line]
+    w = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
+                     columns=("start_ns", "end_ns"))
     # Waits nest (the GetNext op, Iterator::Root, its first stage): one range per covered span.
-    s = w["start_ns"].to_numpy(np.int64)
-    _, ms, me = merge_intervals(np.zeros(len(s), dtype=np.int64), s, w["end_ns"].to_numpy(np.int64))
+    ms, me = merge_intervals(w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64))
     longest = np.argsort(ms - me, kind="stable")[:top]
     return [(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(ms[longest].tolist(),
                                                                     me[longest].tolist(),

@@ -56,7 +56,8 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
     """OS tid → role, by agreement of its running samples with trace line activity (phi)."""
     ev = ctx.events
     host = cat_mask(ev["plane"], lambda p: not is_device_plane(p))
-    ev = ev[host & (ev["kind"] != "input_wait") & ~ev["name"].isin(_BLOCKING)]
+    keep = host & (ev["kind"] != "input_wait").to_numpy() & ~ev["name"].isin(_BLOCKING).to_numpy()
+    ev = ev[["line", "start_ns", "end_ns"]][keep]  # only the columns read below, not the table
     busy: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for line, g in ev.groupby("line", observed=True):
         order = np.argsort(g["start_ns"].to_numpy())
