@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from analyzers.context import Context
 from analyzers.detectors import detectors
 from analyzers.findings import SEVERITIES, Finding, Skipped
@@ -97,7 +99,15 @@ def analyze(path: Path, run: str | None = None) -> Report:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, default=str)
+    return json.dumps(report.to_dict(), indent=2, default=json_value)
+
+
+def json_value(value: object) -> object:
+    """numpy scalars as their JSON type (a numpy bool once came out as the string "False");
+    anything else JSON lacks, such as paths, as text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
 
 
 def _breakdown_line(fr: dict[str, float]) -> str:

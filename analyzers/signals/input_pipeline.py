@@ -101,7 +101,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     return InputPipeline(
         present=bool(paths) or len(work) > 0,
         stage_paths=paths,
-        has_prefetch="Prefetch" in path_text or (named == "PrefetchConsume").any(),
+        has_prefetch="Prefetch" in path_text or bool((named == "PrefetchConsume").any()),
         parallel_stages=parallel,
         sequential_stages=sequential,
         map_before_batch=bool(map_before),

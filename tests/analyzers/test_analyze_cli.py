@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,14 @@ def test_analyzer_path_never_imports_tensorflow(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().endswith("[]")
+
+
+def test_json_values_keep_their_json_types():
+    import numpy as np
+
+    from analyzers.report import json_value
+
+    # A numpy bool in a finding's evidence once reached the JSON as the string "False".
+    out = json.loads(json.dumps({"b": np.bool_(False), "i": np.int64(3), "f": np.float32(0.5),
+                                 "p": Path("/x")}, default=json_value))
+    assert out == {"b": False, "i": 3, "f": 0.5, "p": "/x"}
