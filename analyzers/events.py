@@ -200,8 +200,7 @@ def _intern(values: Column) -> pd.Categorical:
     codes, names = values
     codes = np.asarray(codes)
     has_unknown = bool(len(codes)) and bool((codes < 0).any())
-    if (not has_unknown and len(set(names)) == len(names)
-            and all(a < b for a, b in zip(names, names[1:], strict=False))):
+    if not has_unknown and all(a < b for a, b in zip(names, names[1:], strict=False)):
         # Already distinct and sorted (the xplane reader's codes): no per-row remapping.
         return _categorical(codes.astype(small_codes(len(names)), copy=False), list(names))
     uniq, inverse = np.unique(np.asarray(names, dtype=object), return_inverse=True)
@@ -267,6 +266,19 @@ def _sparse_stat(values, text: bool) -> tuple[np.ndarray, np.ndarray]:
     return rows, values[rows]
 
 
+def present_stat(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, values) of the events carrying stat `col` (value >= 0), in row order: a sparse
+    column hands them over as stored, without a dense copy of the whole table."""
+    values = df[col].array
+    if isinstance(values, pd.arrays.SparseArray) and values.fill_value < 0:
+        rows, values = values.sp_index.indices, values.sp_values
+    else:
+        values = stat(df, col)
+        rows = np.arange(len(values))
+    keep = values >= 0
+    return rows[keep], values[keep]
+
+
 def stat(df: pd.DataFrame, col: str) -> np.ndarray:
     """A stat column as a dense int64 array (-1 where absent)."""
     values = df[col].array
@@ -282,7 +294,7 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         df["kind"] = pd.Categorical([], categories=KINDS)
         return df
     names = [*map(str, df["name"].cat.categories), "<unknown>"]  # last: code -1
-    name_codes = df["name"].cat.codes.to_numpy()
+    name_codes = df["name"].array.codes
     op_types = [op_type_of(n) for n in names[:-1]]
     op_uniq, op_inv = np.unique(np.asarray(op_types, dtype=object), return_inverse=True)
     # Lookup tables with one extra slot, so a row's -1 code reads the last one: no n-sized
@@ -296,10 +308,9 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     line_role = np.array([LINE_CLASSES.index(line_class(str(x)))
                           for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int8)
     key_width = 2 * n_cls
-    name_slot = np.append(np.arange(len(names) - 1), len(names) - 1).astype(np.int32) * key_width
-    key = name_slot[name_codes]
-    key += plane_role[df["plane"].cat.codes.to_numpy()]
-    key += line_role[df["line"].cat.codes.to_numpy()]
+    key = (np.arange(len(names), dtype=np.int32) * key_width)[name_codes]  # -1: the last name
+    key += plane_role[df["plane"].array.codes]
+    key += line_role[df["line"].array.codes]
     seen = np.zeros(len(names) * key_width, dtype=bool)
     seen[key] = True
     table = np.full(len(seen), KINDS.index("other"), dtype=np.int8)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_map, cat_mask, is_device_plane, stat
+from analyzers.events import cat_map, cat_mask, is_device_plane, present_stat
 
 # Breakdown categories, highest priority first, with the event kinds feeding each.
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -67,27 +67,14 @@ def _main_line(events: pd.DataFrame) -> str | None:
     return str(events["line"].value_counts().idxmax()) if len(events) else None
 
 
-def _present_stat(events: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, values) of the events carrying stat `col` (value >= 0), in row order. A sparse
-    column hands them over as stored, without a dense copy of the whole table."""
-    values = events[col].array
-    if isinstance(values, pd.arrays.SparseArray) and values.fill_value < 0:
-        rows, values = values.sp_index.indices, values.sp_values
-    else:
-        values = stat(events, col)
-        rows = np.arange(len(values))
-    keep = values >= 0
-    return rows[keep], values[keep]
-
-
 def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | None]:
     """Return (DataFrame[step, start_ns, end_ns], source, step-driving line)."""
-    rows, step_num = _present_stat(events, "step_num")
+    rows, step_num = present_stat(events, "step_num")
     host = cat_mask(events["plane"].iloc[rows], lambda p: not is_device_plane(p))
     rows, step_num = rows[host], step_num[host]
     marked = events[["name", "line", "start_ns", "end_ns", "dur_ns"]].iloc[rows]
     if len(marked):
-        root_rows, root = _present_stat(events, "root")
+        root_rows, root = present_stat(events, "root")
         marked = marked.assign(step_num=step_num, root=np.isin(rows, root_rows[root > 0]))
         if marked["root"].any():
             marked = marked[marked["root"]]

@@ -14,6 +14,7 @@ events contiguously), so no n-sized temporary is built on the way (bench/analyze
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,6 @@ from analyzers.ingest.xplane_arrays import (
     MAX_STAT_ID,
     DecodedSpace,
     XPlaneDecodeError,
-    as_buffer,
 )
 from analyzers.ingest.xplane_schema import XPlane, XSpace
 
@@ -52,7 +52,6 @@ class _Decoded:
 
     planes: list
     space: DecodedSpace
-    columns: list[str]
     line_names: list[str]
     stats: dict[str, tuple[np.ndarray, np.ndarray]]
 
@@ -96,14 +95,14 @@ def _decode_unchecked(data: bytes | mmap.mmap, small: bool) -> _Decoded:
     if small:
         from analyzers.ingest.xplane_small import decode_small
 
-        whole = XSpace.FromString(bytes(data))
+        whole = XSpace.FromString(data)
         planes = list(whole.planes)
         want, columns = _wanted_stats(planes)
         space = decode_small(whole, want)
     else:
         from analyzers.ingest.xplane_decode import decode_events, decode_plane_rest
 
-        buf = as_buffer(np.frombuffer(data, dtype=np.uint8))
+        buf = np.frombuffer(data, dtype=np.uint8)
         planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
         want, columns = _wanted_stats(planes)
         space = decode_events(buf, want)
@@ -112,7 +111,7 @@ def _decode_unchecked(data: bytes | mmap.mmap, small: bool) -> _Decoded:
                   for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)]
     stats = _stat_columns(space, planes, columns)
     space.buf = np.zeros(0, dtype=np.uint8)  # the file's bytes are not needed any more
-    return _Decoded(planes, space, columns, line_names, stats)
+    return _Decoded(planes, space, line_names, stats)
 
 
 def _table(d: _Decoded, host: str) -> XSpaceTable:
@@ -129,8 +128,7 @@ def _table(d: _Decoded, host: str) -> XSpaceTable:
     if len(ev_line) > 1 and (ev_line[1:] < ev_line[:-1]).any():
         raise RuntimeError("decoder invariant broken: events not grouped by line")
     # Events arrive grouped by line, in line order: line k's events are ev[bounds[k]:bounds[k+1]].
-    per_line = np.bincount(ev_line, minlength=len(lines_i)) if len(ev_line) else np.zeros(
-        len(lines_i), dtype=np.int64)
+    per_line = np.bincount(ev_line, minlength=len(lines_i))
     bounds = np.concatenate(([0], np.cumsum(per_line)))
     line_ts = lines_i[:, 2].copy()
     if t0 == 0 and len(ev_line):
@@ -147,19 +145,17 @@ def _table(d: _Decoded, host: str) -> XSpaceTable:
     unknown = len(categories)
     codes = np.empty(len(ev_line), dtype=small_codes(unknown + 1))
     start_ns, dur_ns, mids = space.ev_off, space.ev_dur, space.ev_mid
-    first = 0
-    luts = []
-    for p, names in zip(planes, plane_names, strict=True):
-        ids = np.array(sorted(p.event_metadata), dtype=np.int64)
-        luts.append((ids, inverse[first:first + len(names)].astype(codes.dtype)))
-        first += len(names)
+    bounds_names = np.cumsum([0, *map(len, plane_names)])
+    lookups = [_name_lookup(np.array(sorted(p.event_metadata), dtype=np.int64),
+                            inverse[a:b].astype(codes.dtype), unknown)
+               for p, a, b in zip(planes, bounds_names[:-1], bounds_names[1:], strict=True)]
     for k in np.flatnonzero(per_line):
         a, b = bounds[k], bounds[k + 1]
         # offset_ps → start_ns and duration_ps → dur_ns, in the decoder's own arrays.
         np.floor_divide(start_ns[a:b], 1000, out=start_ns[a:b])
         start_ns[a:b] += line_ts[k]
         np.floor_divide(dur_ns[a:b], 1000, out=dur_ns[a:b])
-        codes[a:b] = _name_codes(mids[a:b], *luts[lines_i[k, 0]], unknown)
+        codes[a:b] = lookups[lines_i[k, 0]](mids[a:b])
     space.ev_mid = np.zeros(0, dtype=np.int64)
     names = [*map(str, categories)]
     if len(codes) and (codes == unknown).any():
@@ -184,17 +180,23 @@ def _table(d: _Decoded, host: str) -> XSpaceTable:
     )
 
 
-def _name_codes(mids: np.ndarray, ids: np.ndarray, codes: np.ndarray, unknown: int) -> np.ndarray:
-    """Metadata ids of one line's events → name codes (`unknown` for ids the plane lacks)."""
+def _name_lookup(ids: np.ndarray, codes: np.ndarray, unknown: int
+                 ) -> Callable[[np.ndarray], np.ndarray]:
+    """One plane's metadata ids (sorted) → name codes, built once per plane and applied to each of
+    its lines' events (`unknown` for ids the plane lacks)."""
     if not len(ids):
-        return np.full(len(mids), unknown, dtype=codes.dtype)
+        return lambda mids: np.full(len(mids), unknown, dtype=codes.dtype)
     if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
         # TF's ids are small and dense: a lookup table beats a binary search per event.
         lut = np.full(int(ids[-1]) + 2, unknown, dtype=codes.dtype)
         lut[ids] = codes
-        return lut[np.clip(mids, -1, len(lut) - 1)]  # -1 and ids past the end: the last slot
-    pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
-    return np.where(ids[pos] == mids, codes[pos], unknown).astype(codes.dtype)
+        return lambda mids: lut[np.clip(mids, -1, len(lut) - 1)]  # -1, past the end: last slot
+
+    def search(mids: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(ids, mids).clip(0, len(ids) - 1)
+        return np.where(ids[pos] == mids, codes[pos], unknown).astype(codes.dtype)
+
+    return search
 
 
 def _per_line(line_value: np.ndarray, values: list, per_line: np.ndarray
