@@ -11,7 +11,6 @@ JSON schema (version 1; documented in docs/analyze-json.md):
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,14 +66,15 @@ class Report:
 
 
 def _fix_command(config: dict[str, Any], changes: dict[str, Any]) -> str | None:
-    try:
-        from reference_model.config import TrainConfig, config_to_flags
+    from reference_model.config import TrainConfig
+    from reference_model.train_cli import train_command
 
+    try:
         cfg = TrainConfig.from_dict(config).replace(**changes)
         cfg.validate()
     except (TypeError, ValueError):
         return None
-    return shlex.join(["recadvisor", "train", *config_to_flags(cfg)])
+    return train_command(cfg)
 
 
 def build_report(run: RunData) -> Report:

@@ -20,6 +20,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
@@ -29,7 +30,7 @@ from types import ModuleType
 from typing import NoReturn
 
 import recadvisor
-from recadvisor.errors import USER_ERRORS, UserError
+from recadvisor.errors import USER_ERRORS, UserError, one_line
 
 # In `--help` order. A module not built yet is skipped silently.
 SUBCOMMAND_MODULES: list[str] = [
@@ -131,23 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = e.code if isinstance(e, UserError) else 2
         if _debug():
             traceback.print_exc()
-        print(f"recadvisor {cmd}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"recadvisor {cmd}: error: {one_line(e)}", file=sys.stderr)
         return code
     except Exception as e:  # a bug: one line by default, the traceback on request
         if _debug():
             traceback.print_exc()
             return 1
         print(
-            f"recadvisor {cmd}: internal error: {type(e).__name__}: {_one_line(e)} "
+            f"recadvisor {cmd}: internal error: {type(e).__name__}: {one_line(e)} "
             "(set RECADVISOR_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _silence_stdout() -> None:
@@ -162,11 +158,14 @@ def _silence_stdout() -> None:
 def exit_process(code: int) -> NoReturn:
     """Exit with `code`. A process that trained keeps its tf.data iterators alive to the end
     (tearing one down can deadlock in TF 2.21, reference_model/train.py), so it leaves without
-    the interpreter's teardown, which would destroy them; output is flushed first, so nothing
-    already written is lost. Used by every process that may train (this CLI, trial workers)."""
+    the interpreter's teardown, which would destroy them. The atexit handlers still run (the
+    deadlock is in the teardown after them; `recadvisor capture`'s bootstrap stops and writes its
+    profile in one) and output is flushed, so nothing already written is lost. Used by every
+    process that may train (this CLI, trial workers)."""
     train = sys.modules.get("reference_model.train")
     if train is not None and train.has_abandoned_iterators():
         try:
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

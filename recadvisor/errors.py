@@ -11,6 +11,12 @@ class UserError(Exception):
         self.code = code
 
 
+def one_line(e: BaseException) -> str:
+    """An exception's first line of text, or its type's name when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 # Exceptions that mean "the input is wrong", not "recadvisor is wrong". OSError covers
 # FileNotFoundError, NotADirectoryError, IsADirectoryError and PermissionError; they are listed
 # for the reader.

@@ -29,6 +29,11 @@ EmbeddingSplit = Literal["table", "column"]
 # tunes them, and a run's configuration is shown without them.
 RUN_LENGTH_FIELDS = ("warmup_steps", "measure_steps", "profile_steps", "profile_seconds")
 
+# Knobs whose value (unless AUTOTUNE) may not exceed another knob's: TF refuses it at iterator
+# creation with a long error from inside the runtime. validate() enforces it; the tuner clamps to
+# it whatever its space file holds.
+AT_MOST = {"interleave_parallelism": "cycle_length"}
+
 
 @dataclass
 class TrainConfig:
@@ -94,14 +99,13 @@ class TrainConfig:
             )
         if self.record_format == "prebatched" and self.parse == "per_example":
             raise ValueError("--parse per_example needs --record-format example")
-        if self.interleave_parallelism != AUTOTUNE and (
-            self.interleave_parallelism > self.cycle_length or self.interleave_parallelism < 1
-        ):
-            # TF refuses it at iterator creation with a long error from inside the runtime.
-            raise ValueError(
-                f"--interleave-parallelism {self.interleave_parallelism} must be -1 (AUTOTUNE) or "
-                f"between 1 and --cycle-length ({self.cycle_length})"
-            )
+        for name, cap_name in AT_MOST.items():
+            value, cap = getattr(self, name), getattr(self, cap_name)
+            if value != AUTOTUNE and not 1 <= value <= cap:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} {value} must be -1 (AUTOTUNE) or between 1 and "
+                    f"--{cap_name.replace('_', '-')} ({cap})"
+                )
         if self.embedding_split == "column" and self.embedding_dim % self.devices:
             raise ValueError(
                 f"column-wise split needs --embedding-dim ({self.embedding_dim}) divisible by "

@@ -38,7 +38,7 @@ def default_cache_root() -> Path:
     return Path(base) / "data"
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def _progress(total: int | None, desc: str, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(
@@ -186,7 +186,9 @@ def run_training(
         if logdir is not None and cfg.profile_steps > 0:
             first = cfg.warmup_steps + measured
             with (
-                _progress(cfg.profile_steps, "profile", progress) as bar,
+                # The window lasts profile_steps *and* profile_seconds: no total known ahead.
+                _progress(None if cfg.profile_seconds > 0 else cfg.profile_steps, "profile",
+                          progress) as bar,
                 ProfileWindow(logdir, python_tracer_level=1 if python_trace else 0) as win,
             ):
                 i = first

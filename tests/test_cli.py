@@ -182,3 +182,23 @@ def test_help_never_imports_tensorflow():
     lines = proc.stdout.splitlines()
     assert "train" in lines[-2].split()
     assert lines[-1].split() == ["HEAVY"], lines[-1]
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_exit_process_keeps_code_output_and_atexit(held):
+    # With training iterators held, the process leaves by os._exit (their teardown can deadlock
+    # in TF); the exit code, buffered output and atexit handlers (capture's profile stop) must
+    # survive that, as they do on the normal path.
+    code = (
+        "import atexit, sys\n"
+        "import reference_model.train as t\n"
+        f"if {held}: t._ABANDONED_ITERATORS.append(object())\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "print('buffered', end=' ')\n"
+        "from recadvisor.cli import exit_process\n"
+        "exit_process(3)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout == "buffered atexit ran\n"

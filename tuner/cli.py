@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tuner.objective import TrialSettings
     from tuner.render import render_summary, trial_line
-    from tuner.study import DEFAULT_STUDY, Tuner, TuneSettings
+    from tuner.study import DEFAULT_STUDY, Tuner, TuneSettings, run_tune
     from tuner.summary import summarize_tuner, write_outputs
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -143,19 +143,18 @@ def run(args: argparse.Namespace) -> int:
         best = f"best {state['best']:,.0f} samples/s" if state["best"] else ""
         progress.update(task, completed=min(done, args.trials), best=best)
 
+    def on_open(tuner: Tuner) -> None:
+        state["tuner"] = tuner
+        log(f"study {tuner.study.study_name!r}: {args.trials} trials, sampler {args.sampler}, "
+            f"{tuner.hw.describe()}; storage {settings.storage or tuner.url}")
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tuner: Tuner | None = None
     with progress:
         try:
-            tuner = Tuner(settings, log, on_trial)
-            state["tuner"] = tuner
-            tuner.open()
-            log(f"study {tuner.study.study_name!r}: {args.trials} trials, sampler {args.sampler}, "
-                f"{tuner.hw.describe()}; storage {settings.storage or tuner.url}")
-            tuner.run()
-            tuner.remeasure_leaders()
+            tuner = run_tune(settings, log, on_trial, on_open)
         except KeyboardInterrupt:
-            if tuner is not None and hasattr(tuner, "study"):
+            tuner = state["tuner"]
+            if tuner is not None:
                 write_outputs(args.out, tuner.study, summarize_tuner(tuner))
                 log(f"interrupted: the finished trials are kept; resume with --resume "
                     f"(summary so far in {args.out / 'summary.json'})")

@@ -24,15 +24,12 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from reference_model.config import AUTOTUNE, RUN_LENGTH_FIELDS, TrainConfig
+from reference_model.config import AT_MOST, AUTOTUNE, RUN_LENGTH_FIELDS, TrainConfig
 
 DEFAULT_SPACE = Path(__file__).with_name("spaces") / "default.toml"
 KINDS = ("categorical", "int", "float")
 # Knobs that say how long to run, not how to train: tuning them would only game the measurement.
 NOT_TUNABLE = frozenset(RUN_LENGTH_FIELDS)
-# TrainConfig.validate's rule, applied even by spaces that leave the knob out: a file that tunes
-# cycle_length alone must not turn the start's interleave parallelism into an invalid trial.
-IMPLIED_AT_MOST = {"interleave_parallelism": "cycle_length"}
 ACCELERATOR_KEY = "accelerator"
 _KEYS = {"type", "choices", "low", "high", "step", "log", "when", "otherwise", "at_most", "limit"}
 _FIELD_DEFAULTS = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
@@ -319,8 +316,12 @@ class SearchSpace:
                 changes[k.name] = decode(k.name, k.otherwise)
             if k.name in changes:
                 values[k.name] = changes[k.name]
-        clamps = {**IMPLIED_AT_MOST, **{k.name: k.at_most for k in self.knobs if k.at_most}}
-        for name, cap_name in clamps.items():
+        # The declared clamps, then TrainConfig's own (reference_model.config.AT_MOST), applied
+        # even by spaces that leave the knob out or cap it by another knob: a file that tunes
+        # cycle_length alone must not turn the start's interleave parallelism into an invalid
+        # trial.
+        clamps = [*((k.name, k.at_most) for k in self.knobs if k.at_most), *AT_MOST.items()]
+        for name, cap_name in clamps:
             v, cap = values.get(name), values.get(cap_name)
             if (isinstance(v, int | float) and v != AUTOTUNE and isinstance(cap, int | float)
                     and v > cap):

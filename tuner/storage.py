@@ -21,6 +21,8 @@ import psutil
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from recadvisor.errors import one_line
+
 HEARTBEAT_S = 10
 GRACE_S = 60
 SQLITE_FILE = "study.db"
@@ -88,8 +90,7 @@ def storage_error(url: str, e: Exception) -> ValueError:
     if isinstance(e, ImportError):
         return ValueError(f"cannot use storage {redact(url)}: missing driver ({e.name}); for "
                           "PostgreSQL: pip install 'recadvisor[postgres]'")
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return ValueError(f"cannot open storage {redact(url)}: {text}")
+    return ValueError(f"cannot open storage {redact(url)}: {one_line(e)}")
 
 
 def recover_dead_trials(study: optuna.Study, storage: RDBStorage) -> list[int]:

@@ -423,13 +423,18 @@ class Tuner:
                 self.log(f"re-measured trial {t.number}: {o.samples_per_s:,.0f} samples/s")
 
 
-def run_tune(s: TuneSettings, log: Log, on_trial: Callable[[FrozenTrial], None]) -> Tuner:
+def run_tune(s: TuneSettings, log: Log, on_trial: Callable[[FrozenTrial], None],
+             on_open: Callable[[Tuner], None] | None = None) -> Tuner:
+    """Open the study, run it and re-measure the leaders. `on_open(tuner)` is called once the
+    study exists (the CLI logs it and keeps the tuner for a summary if interrupted)."""
     if s.sampler not in SAMPLERS:
         raise UserError(f"--sampler must be one of {', '.join(SAMPLERS)}")
     if s.trials < 1:
         raise UserError("--trials must be at least 1")
     tuner = Tuner(s, log, on_trial)
     tuner.open()
+    if on_open is not None:
+        on_open(tuner)
     tuner.run()
     tuner.remeasure_leaders()
     return tuner

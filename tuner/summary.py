@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from recadvisor.errors import one_line
 from reference_model import train_cli
 from reference_model.config import TrainConfig
 from tuner.storage import redact
@@ -87,7 +88,7 @@ def _importances(study: optuna.Study, complete: list[FrozenTrial]) -> dict[str, 
             values = optuna.importance.get_param_importances(
                 study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), target=target)
     except (ValueError, RuntimeError, ZeroDivisionError) as e:
-        return {"values": None, "reason": str(e).splitlines()[0] if str(e) else type(e).__name__}
+        return {"values": None, "reason": one_line(e)}
     return {"values": {k: round(v, 4) for k, v in values.items()}, "evaluator": "PED-ANOVA"}
 
 

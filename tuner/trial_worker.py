@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 from recadvisor.cli import exit_process
+from recadvisor.errors import one_line
 from tuner import protocol
 
 
@@ -68,9 +69,7 @@ def main(argv: list[str]) -> int:
         user_error = isinstance(e, ValueError | OSError)
         if not user_error:
             traceback.print_exc()
-        text = str(e).strip()
-        line = text.splitlines()[0] if text else ""
-        print(f"error: {type(e).__name__}: {line}"[:500], file=sys.stderr, flush=True)
+        print(f"error: {type(e).__name__}: {one_line(e)}"[:500], file=sys.stderr, flush=True)
         return 2 if user_error else 1
     steady = protocol.steady_rate(cfg.batch_size, elapsed)
     _emit({"event": "result", "samples_per_s": steady, "overall_samples_per_s":
