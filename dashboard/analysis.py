@@ -22,8 +22,6 @@ MAX_TIMELINE_EVENTS = 4000  # per step; the longest are kept, the page says how 
 
 @dataclass
 class RunView:
-    label: str
-    path: Path
     report: Report
     summary: dict[str, Any]  # Report.to_dict(): the same JSON `recadvisor analyze` prints
     load_s: float
@@ -37,17 +35,25 @@ class RunView:
         return self.summary["findings"]
 
 
-def load_view(path: Path, label: str | None = None) -> RunView:
+def load_view(path: Path) -> RunView:
     """Analyze the run at `path` (raises ValueError / OSError on unreadable input)."""
     t0 = time.perf_counter()
     report = analyze(path)
-    return RunView(label=label or report.run.name, path=path, report=report,
-                   summary=report.to_dict(), load_s=time.perf_counter() - t0)
+    return RunView(report=report, summary=report.to_dict(), load_s=time.perf_counter() - t0)
+
+
+def _memo(view: RunView, key: str, compute):
+    """Derived tables kept on the run's analysis context: a page rerun (any widget click) finds
+    them instead of scanning the event table again."""
+    return view.report.ctx.memo(f"dashboard:{key}", compute)
 
 
 def step_breakdown_ms(view: RunView) -> pd.DataFrame:
     """One row per step: its start and the ms each category took (the analyzers' attribution)."""
-    t = view.steps
+    return _memo(view, "breakdown_ms", lambda: _breakdown_ms(view.steps))
+
+
+def _breakdown_ms(t: pd.DataFrame) -> pd.DataFrame:
     if t.empty:
         return pd.DataFrame(columns=["step", "start_ms", "dur_ms", *ALL_CATEGORIES])
     out = pd.DataFrame({"step": t["step"].to_numpy(), "start_ms": t["start_ns"] / 1e6,
@@ -60,11 +66,11 @@ def step_breakdown_ms(view: RunView) -> pd.DataFrame:
 def step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
     """Events that overlap step `step`, clipped to it, times in ms from the step's start; and
     how many were left out (MAX_TIMELINE_EVENTS, shortest first)."""
-    t = view.steps
-    row = t[t["step"] == step]
-    if row.empty:
-        raise ValueError(f"no step {step} in this run")
-    s0, s1 = int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
+    return _memo(view, f"timeline:{step}", lambda: _step_events(view, step))
+
+
+def _step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
+    s0, s1 = _step_ns(view, step)
     ev = view.report.ctx.events
     starts = ev["start_ns"].to_numpy()
     ends = ev["end_ns"].to_numpy()
@@ -89,10 +95,17 @@ def step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
     return out.sort_values(["track", "start_ms"], ignore_index=True), left_out
 
 
-def step_window_ms(view: RunView, step: int) -> tuple[float, float]:
+def _step_ns(view: RunView, step: int) -> tuple[int, int]:
     t = view.steps
-    row = t[t["step"] == step].iloc[0]
-    return float(row["start_ns"]) / 1e6, float(row["end_ns"]) / 1e6
+    row = t[t["step"] == step]
+    if row.empty:
+        raise ValueError(f"no step {step} in this run")
+    return int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
+
+
+def step_window_ms(view: RunView, step: int) -> tuple[float, float]:
+    s0, s1 = _step_ns(view, step)
+    return s0 / 1e6, s1 / 1e6
 
 
 def stalls_in_step(view: RunView, step: int) -> list[dict[str, Any]]:
@@ -108,9 +121,9 @@ def stalls_in_step(view: RunView, step: int) -> list[dict[str, Any]]:
     return out
 
 
-def worst_steps(view: RunView, n: int = 5) -> list[int]:
+def slowest_step(view: RunView) -> int:
     t = view.steps
-    return [int(s) for s in t.nlargest(n, "dur_ns")["step"]] if not t.empty else []
+    return int(t.loc[t["dur_ns"].idxmax(), "step"])
 
 
 def thread_states(view: RunView) -> pd.DataFrame | None:
@@ -119,6 +132,10 @@ def thread_states(view: RunView) -> pd.DataFrame | None:
     th = view.report.run.threads
     if th is None or th.empty:
         return None
+    return _memo(view, "thread_states", lambda: _thread_states(th))
+
+
+def _thread_states(th: pd.DataFrame) -> pd.DataFrame:
     state = th["state"].astype(str)
     kinds = np.where(state.isin(["R", "S", "D"]), state, "other")
     counts = pd.crosstab(th["t_ns"].to_numpy(), kinds)
@@ -138,4 +155,4 @@ def process_cpu(view: RunView) -> pd.DataFrame | None:
         return None
     n = view.report.ctx.n_cpus or 1
     return pd.DataFrame({"t_ms": pr["t_ns"] / 1e6,
-                         "cpu_pct": pr["cpu_percent"].astype(float) / max(n, 1)})
+                         "cpu_pct": pr["cpu_percent"].astype(float) / n})

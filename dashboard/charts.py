@@ -8,19 +8,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyzers.steps import ALL_CATEGORIES
+from analyzers.steps import ALL_CATEGORIES, CATEGORIES, IDLE
 
-# One colour per step category, stable across pages (input waits and copies stand out).
-CATEGORY_COLORS = {
-    "device_compute": "#2ca02c", "host_compute": "#98df8a", "collective": "#9467bd",
-    "copy_d2d": "#c5b0d5", "copy_h2d": "#ff7f0e", "input_wait": "#d62728", "convert": "#e377c2",
-    "launch": "#bcbd22", "framework": "#7f7f7f", "python_other": "#c7c7c7",
-}
+# One colour per event kind, stable across pages (input waits and copies stand out).
 KIND_COLORS = {
     "input_wait": "#d62728", "input_work": "#ff9896", "h2d": "#ff7f0e", "d2h": "#ffbb78",
     "d2d": "#c5b0d5", "collective": "#9467bd", "launch": "#bcbd22", "device_compute": "#2ca02c",
     "host_op": "#98df8a", "convert": "#e377c2", "framework": "#7f7f7f", "other": "#c7c7c7",
 }
+# A step category takes the colour of the first kind it is fed by (analyzers.steps.CATEGORIES).
+CATEGORY_COLORS = {cat: KIND_COLORS[kinds[0]] for cat, kinds in CATEGORIES.items()} | {
+    IDLE: KIND_COLORS["other"]}
 STATE_COLORS = {"R": "#2ca02c", "S": "#aec7e8", "D": "#d62728", "other": "#c7c7c7"}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.ingest.logdir import walk_runs
-from dashboard.paths import OutsideRoot, confined_run, relative
+from dashboard.paths import confined_run, relative
 from recadvisor.capture.metadata import METADATA_FILE
 
 # The TF profiler names run folders by their start time.
@@ -27,6 +27,7 @@ MAX_RUNS = 500  # a root with more is truncated (newest kept) and the page says 
 class RunEntry:
     key: str  # the run's path relative to the root: stable across reloads, used in links
     path: Path
+    stamp: tuple  # paths.Run.stamp, taken when the run was found
     name: str
     started: datetime
     metadata: dict[str, Any] | None
@@ -95,10 +96,10 @@ def discover(root: Path) -> tuple[list[RunEntry], bool]:
     entries = []
     for p in walk_runs(root):
         try:
-            p = confined_run(root, p)
-            entries.append(RunEntry(key=relative(root, p), path=p, name=p.name,
+            p, stamp = confined_run(root, p)
+            entries.append(RunEntry(key=relative(root, p), path=p, stamp=stamp, name=p.name,
                                     started=_started(p), metadata=_metadata(p)))
-        except (OSError, OutsideRoot):
-            continue  # vanished between the walk and the stat, or leaves the root
+        except (OSError, ValueError):
+            continue  # vanished since the walk, leaves the root (OutsideRoot), or too big
     entries.sort(key=lambda e: (e.started, e.key), reverse=True)
     return entries[:MAX_RUNS], len(entries) > MAX_RUNS

@@ -2,21 +2,25 @@
 
 Caching: analyses are kept with `st.cache_resource` (the object itself, shared across sessions,
 never pickled), keyed by the run's path and a stamp of its files' sizes and mtimes, so reopening
-a run is a dictionary lookup and a rewritten trace is analyzed again.
+a run is a dictionary lookup and a rewritten trace is analyzed again. Runs under the root carry
+the stamp taken when they were listed (refreshed every 15 s or by the Refresh button), so a
+rerun walks no run folder; uploads and typed paths are stamped when used.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
+from analyzers.report import analyze
 from dashboard import settings as settings_mod
 from dashboard.analysis import RunView, load_view
-from dashboard.paths import OutsideRoot, confined_run, relative, under_root
+from dashboard.paths import MAX_CHECKED, OutsideRoot, confined_run, relative, stamp, under_root
 from dashboard.runs import RunEntry, discover
 from dashboard.uploads import UploadError
 from recadvisor.errors import USER_ERRORS
@@ -36,39 +40,47 @@ def settings() -> settings_mod.Settings:
 # A view holds the run's whole event table (tens of MB per million events): few are kept. The
 # Runs page needs only each run's summary, kept apart and small.
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _cached_view(path: str, stamp: tuple, label: str) -> RunView:
-    return load_view(Path(path), label)
+def _cached_view(path: str, stamp: tuple) -> RunView:
+    return load_view(Path(path))
 
 
-def view_for(label: str, path: Path) -> RunView:
-    return _cached_view(str(path), _stamp(path), label)
+def view_for(path: Path) -> RunView:
+    return _cached_view(str(path), _stamp(path))
 
 
 def analyzed(label: str, path: Path) -> RunView | None:
     """The run's view, analyzing it with a spinner; None (the error shown) when it is unreadable."""
     with shown_errors(f"cannot analyze {label}"), st.spinner(f"analyzing {label}"):
-        return view_for(label, path)
+        return view_for(path)
     return None
 
 
 @st.cache_resource(max_entries=2000, show_spinner=False)
-def _cached_summary(path: str, stamp: tuple, label: str) -> dict[str, Any]:
-    return _cached_view(path, stamp, label).summary
+def _cached_summary(path: str, stamp: tuple) -> dict[str, Any]:
+    # Not through _cached_view: analyzing every listed run must not evict the few views the
+    # other pages show. A failure is kept too (st.cache_resource does not keep exceptions), so
+    # an unreadable run is not decoded again on every rerun.
+    try:
+        return analyze(Path(path)).to_dict()
+    except USER_ERRORS as e:
+        return {"error": str(e)}
 
 
-def summary_for(label: str, path: Path) -> dict[str, Any]:
-    """The run's analysis as `recadvisor analyze --format json` prints it."""
-    return _cached_summary(str(path), _stamp(path), label)
+def summary_for(path: Path) -> dict[str, Any]:
+    """The run's analysis as `recadvisor analyze --format json` prints it; raises the error
+    that made it unreadable."""
+    summary = _cached_summary(str(path), _stamp(path))
+    if "error" in summary:
+        raise ValueError(summary["error"])
+    return summary
 
 
 def _stamp(path: Path) -> tuple:
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    out = []
-    for f in files[:2000]:
-        with contextlib.suppress(OSError):
-            st_ = f.stat()
-            out.append((str(f), st_.st_size, st_.st_mtime_ns))
-    return tuple(out)
+    listed = {e.path: e.stamp for e in root_runs()[0]}
+    if path in listed:
+        return listed[path]
+    return stamp(sorted(itertools.islice(path.rglob("*"), MAX_CHECKED)) if path.is_dir()
+                 else [path])
 
 
 @st.cache_resource(ttl=15, show_spinner=False)
@@ -96,8 +108,8 @@ def run_options() -> dict[str, Path]:
     return opts
 
 
-def open_path(text: str) -> str:
-    """A run typed in as a path under the root; returns its label. Raises on bad paths."""
+def open_path(text: str) -> tuple[str, Path]:
+    """A run typed in as a path under the root: its label and path. Raises on bad paths."""
     root = settings().root
     path = under_root(root, text)
     if not path.exists():
@@ -105,7 +117,7 @@ def open_path(text: str) -> str:
     confined_run(root, path)
     label = relative(root, path)
     st.session_state.setdefault(OPENED_KEY, {})[label] = str(path)
-    return label
+    return label, path
 
 
 def add_upload(label: str, path: Path) -> None:
@@ -123,10 +135,10 @@ def pick_run(label: str, key: str, options: dict[str, Path], *, param: str = "ru
     if wanted and wanted not in options:
         # A link or typed URL naming a run that is not listed: it must still be under the root.
         try:
-            wanted = open_path(wanted)
-            options[wanted] = Path(st.session_state[OPENED_KEY][wanted])
+            wanted, options_path = open_path(wanted)
+            options[wanted] = options_path
             names = list(options)
-        except (*USER_ERRORS, OutsideRoot) as e:
+        except USER_ERRORS as e:  # OutsideRoot included: a ValueError
             # Stop here: showing another run under the error would pass it off as the one asked.
             st.error(f"cannot open run {wanted!r}: {e}")
             st.stop()

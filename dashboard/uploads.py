@@ -50,10 +50,24 @@ def save_upload(name: str, data: bytes, *, max_bytes: int, max_unzipped: int,
                           f"{max_bytes / 2**20:.0f} MB (recadvisor dashboard --max-upload-mb)")
     if not data:
         raise UploadError(f"{base}: the file is empty")
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    dest = (scratch or scratch_dir()) / digest
-    dest.mkdir(parents=True, exist_ok=True)
     lower = base.lower()
+    if not lower.endswith((".zip", ".pb", ".json", ".json.gz")):
+        raise UploadError(f"{base}: a .gz upload must be a trace JSON (*.json.gz)"
+                          if lower.endswith(".gz") else
+                          f"{base}: not a trace (expected *.xplane.pb, *.json, *.json.gz or a "
+                          "zipped logdir)")
+    # Checked first, so a refused upload leaves no folder behind; one refused while unpacking
+    # (a bad entry, a bomb, a corrupt member) takes what it wrote with it.
+    dest = (scratch or scratch_dir()) / hashlib.sha256(data).hexdigest()[:16]
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        return _write(base, lower, data, dest, max_unzipped)
+    except UploadError:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+
+
+def _write(base: str, lower: str, data: bytes, dest: Path, max_unzipped: int) -> Path:
     if lower.endswith(".zip"):
         _unzip(base, data, dest, max_unzipped)
         return dest
@@ -65,13 +79,8 @@ def save_upload(name: str, data: bytes, *, max_bytes: int, max_unzipped: int,
         target = dest / _safe(base[:-3])
         _gunzip(base, data, target, max_unzipped)
         return target
-    elif lower.endswith(".json"):
-        target = dest / _safe(base)
-    elif lower.endswith(".gz"):
-        raise UploadError(f"{base}: a .gz upload must be a trace JSON (*.json.gz)")
     else:
-        raise UploadError(f"{base}: not a trace (expected *.xplane.pb, *.json, *.json.gz or a "
-                          "zipped logdir)")
+        target = dest / _safe(base)
     target.write_bytes(data)
     return target
 

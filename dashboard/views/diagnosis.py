@@ -3,10 +3,12 @@ sampler's thread states."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 
-from analyzers.report import render_json
+from analyzers.report import json_value
 from dashboard import analysis, charts, ui
 
 st.title("Diagnosis")
@@ -31,7 +33,8 @@ c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU
 st.caption(f"{d['run_dir']} · sampler data: {'yes' if d['sampler'] else 'no'} · "
            f"analyzed in {view.load_s:.1f} s")
 st.download_button("report.json (as `recadvisor analyze --format json`)",
-                   render_json(view.report), file_name="report.json", mime="application/json")
+                   json.dumps(d, indent=2, default=json_value), file_name="report.json",
+                   mime="application/json")
 for w in d["warnings"]:
     st.warning(w)
 if not steps["found"]:
@@ -73,11 +76,11 @@ st.dataframe(shares, hide_index=True,
                  format="percent", min_value=0.0, max_value=1.0)})
 
 st.header("Timeline")
-worst = analysis.worst_steps(view, 1)
+slowest = analysis.slowest_step(view)
 all_steps = [int(s) for s in table["step"]]
-step = st.selectbox("step", all_steps, index=all_steps.index(worst[0]) if worst else 0,
-                    format_func=lambda s: f"{s}" + (" (slowest)" if worst and s == worst[0]
-                                                    else ""), key="timeline_step")
+step = st.selectbox("step", all_steps, index=all_steps.index(slowest),
+                    format_func=lambda s: f"{s}" + (" (slowest)" if s == slowest else ""),
+                    key="timeline_step")
 events, left_out = analysis.step_events(view, step)
 stalls = analysis.stalls_in_step(view, step)
 st.plotly_chart(charts.step_timeline(events, stalls, step), key="timeline")

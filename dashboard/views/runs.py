@@ -37,14 +37,13 @@ else:
         top = "unreadable: see the message above" if analyze_all else ""
         if analyze_all:
             with ui.shown_errors(e.key):
-                summary = ui.summary_for(e.key, e.path)
+                summary = ui.summary_for(e.path)
                 f = summary["findings"][0] if summary["findings"] else None
                 top = (f"{f['severity']}: {f['id']} "
                        f"({f['impact']['estimated_speedup']:.2f}x)" if f else "no findings")
                 if not summary["steps"]["found"]:
                     top = "no steps found"
-            if bar is not None:
-                bar.progress((i + 1) / len(entries), text=f"analyzed {e.key}")
+            bar.progress((i + 1) / len(entries), text=f"analyzed {e.key}")
         rows.append({"started": e.started, "run": e.key, "samples/s": e.samples_per_s,
                      "top finding": top, "open": "diagnosis?" + urlencode({"run": e.key}),
                      "from": e.source, "config": config_summary(e.metadata)})
@@ -72,7 +71,7 @@ if up is not None:
             path = save_upload(up.name, up.getvalue(), max_bytes=cfg.max_upload_bytes,
                                max_unzipped=cfg.max_unzipped_bytes)
             try:
-                view = ui.view_for(label, path)
+                view = ui.view_for(path)
             except ui.USER_ERRORS as e:
                 # Name the upload, not where the server keeps it.
                 raise ValueError(str(e).replace(f"{path}: ", "").replace(str(path), up.name)
@@ -88,8 +87,8 @@ st.subheader("Open a path under the root")
 typed = st.text_input("logdir, run folder or trace file (relative to the root)", key="open_path")
 if typed:
     with ui.shown_errors("open"):
-        label = ui.open_path(typed)
-        view = ui.view_for(label, ui.run_options()[label])
+        label, path = ui.open_path(typed)
+        view = ui.view_for(path)
         st.success(f"{label}: {view.summary['steps']['count']} steps, "
                    f"{len(view.findings)} findings; listed in Diagnosis and Compare")
         st.session_state[ui.SELECTED_KEY] = label

@@ -23,6 +23,12 @@ def _summary(url: str, study: str) -> dict:
     return studies.load_summary(url, study)
 
 
+@st.cache_resource(ttl=10, show_spinner=False)
+def _checked_url(root: str, url: str) -> str:
+    # Connects and inspects the tables: not on every rerun (a widget click) of the page.
+    return studies.check_url(Path(root), url)
+
+
 @st.cache_resource(ttl=15, show_spinner=False)
 def _files(root: str) -> list:
     return studies.find_study_files(Path(root))
@@ -40,7 +46,7 @@ with ui.shown_errors("storage"):
     if source == "storage URL…":
         typed = st.text_input("storage URL", value=cfg.storage or "", key="tuning_url",
                               placeholder="postgresql+psycopg://user:pass@host/db")
-        url = studies.check_url(cfg.root, typed) if typed else None
+        url = _checked_url(str(cfg.root), typed) if typed else None
     else:
         url = studies.sqlite_url(files[sources.index(source)])
 if url is None:

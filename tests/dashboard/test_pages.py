@@ -36,6 +36,9 @@ def _text(at: AppTest) -> str:
 
 def _no_exceptions(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
+    # ui.shown_errors turns a bug into a one-line "internal error" in the page, not an exception.
+    internal = [e.value for e in at.error if "internal error" in e.value]
+    assert not internal, internal
 
 
 def _charts(at: AppTest) -> int:
@@ -85,6 +88,10 @@ def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, da
 def test_diagnosis_of_a_clean_run_has_no_serious_findings(monkeypatch, dash_root):
     at = _app(monkeypatch, dash_root, "diagnosis", run=run_key(dash_root, "clean"))
     _no_exceptions(at)
+    # The run was analyzed and shown (not merely absent findings because the page stopped).
+    assert not at.error, [e.value for e in at.error]
+    assert int(next(m for m in at.metric if m.label == "steps").value) > 0
+    assert _charts(at) >= 2
     text = _text(at)
     assert "HIGH]" not in text and "MEDIUM]" not in text
     assert "The input pipeline holds up training" not in text
