@@ -13,6 +13,7 @@ events contiguously), so no n-sized temporary is built on the way (bench/analyze
 
 from __future__ import annotations
 
+import gc
 import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,9 +75,29 @@ def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:
         if decoder == "small" or (decoder == "auto" and size < SMALL_FILE_BYTES):
             d = _decode(f.read(), small=True, path=path)
         else:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
                 d = _decode(mapped, small=False, path=path)
+            finally:
+                _unmap(mapped, path)
     return _table(d, host)
+
+
+def _unmap(mapped: mmap.mmap, path: Path) -> None:
+    try:
+        mapped.close()
+        return
+    except BufferError:
+        pass
+    # numba's first compile of a decoder function (cold cache: a fresh clone, an edited module)
+    # leaves the calling frames in a reference cycle, and those frames hold views of the mapping
+    # until the cycle collector runs.
+    gc.collect()
+    try:
+        mapped.close()
+    except BufferError:
+        raise RuntimeError(f"{path}: decoder invariant broken: a view of the mapped file "
+                           "outlived decoding") from None
 
 
 def _decode(data: bytes | mmap.mmap, *, small: bool, path: Path) -> _Decoded:

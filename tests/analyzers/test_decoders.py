@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import gc
 import glob
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from analyzers.ingest import xplane
 from analyzers.ingest.xplane import read_xplane
 from tests.analyzers.test_ingest import _random_builder
 from tests.analyzers.traces import gpu_trace, host_trace
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _both(path):
@@ -72,3 +81,51 @@ def test_both_decoders_agree_on_every_cut_of_a_file(tmp_path):
                 assert "\n" not in str(e)
                 outcomes.append("error")
         assert outcomes[0] == outcomes[1], (n, outcomes)
+
+
+def test_cold_numba_cache_with_collector_off_still_unmaps(tmp_path):
+    """CI's fresh clone compiles the decoder on first use; numba leaves the calling frames (and
+    their views of the mapped file) in a cycle. With the collector off, closing the mapping
+    used to raise BufferError."""
+    _, run = host_trace(tmp_path / "h", steps=2)
+    path = next(run.glob("*.xplane.pb"))
+    code = (
+        "import gc, sys; gc.disable()\n"
+        "from analyzers.ingest.xplane import read_xplane\n"
+        "t = read_xplane(sys.argv[1], 'h', decoder='compiled')\n"
+        "assert len(t.events) > 0 and not gc.isenabled()\n"
+        "print('ok', len(t.events))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok ")
+    assert any((tmp_path / "numba-cache").rglob("*.nbi")), "the decoder was not compiled cold"
+
+
+def test_view_in_a_cycle_is_collected_and_a_kept_view_is_an_error(tmp_path, monkeypatch):
+    _, run = host_trace(tmp_path, steps=2)
+    path = next(run.glob("*.xplane.pb"))
+    real = xplane._decode_unchecked
+    kept: list = []
+
+    def in_a_cycle(data, small):
+        cycle: list = [np.frombuffer(data, dtype=np.uint8)]
+        cycle.append(cycle)
+        return real(data, small)
+
+    def kept_for_good(data, small):
+        kept.append(np.frombuffer(data, dtype=np.uint8))
+        return real(data, small)
+
+    gc.disable()
+    try:
+        monkeypatch.setattr(xplane, "_decode_unchecked", in_a_cycle)
+        assert len(read_xplane(path, "h", decoder="compiled").events) > 0
+        monkeypatch.setattr(xplane, "_decode_unchecked", kept_for_good)
+        with pytest.raises(RuntimeError, match="outlived decoding"):
+            read_xplane(path, "h", decoder="compiled")
+    finally:
+        gc.enable()
+        kept.clear()
