@@ -2,9 +2,14 @@
 
 Each preset runs in its own process (logical devices are fixed per process) with `recadvisor train
 --json`, without a profiler window; presets are interleaved across repeats so machine noise hits all
-of them alike, and the table quotes medians.
+of them alike, and the table quotes medians. Every run measures for the same time (`--seconds`),
+whatever its step time: a 60-step window is 2.6 s for `clean` but 30 s for `default`, and short
+windows made clean's runs spread by ±12% where 10 s windows spread by ±4%.
 
-    .venv/bin/python bench/presets.py [--repeats 3] [--presets clean,gzip,...] [--steps 30]
+"Slower than clean" means every run of the preset is below every clean run: with 5 runs each that
+ordering has a chance of 1 in 252 when the two do not differ (a one-sided rank test, p = 0.004).
+
+    .venv/bin/python bench/presets.py [--repeats 5] [--presets clean,gzip,...] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from rich.table import Table
 from reference_model.presets import PRESETS
 
 
-def run_preset(name: str, steps: int | None, timeout: int) -> dict:
+def run_preset(name: str, steps: int | None, seconds: float, timeout: int) -> dict:
     cmd = [sys.executable, "-m", "recadvisor", "train", "--preset", name, "--json", "--no-progress"]
     if steps:
         cmd += ["--steps", str(steps)]
+    else:
+        cmd += ["--steps", "1000000", "--measure-seconds", str(seconds)]
     t = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -40,14 +47,17 @@ def run_preset(name: str, steps: int | None, timeout: int) -> dict:
         "samples_per_s": meta["samples_per_s"],
         "wall_s": wall,
         "p50": meta["step_time_ms"]["p50"],
+        "steps": meta["measured_steps"],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--presets", default=",".join(PRESETS))
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    ap.add_argument("--seconds", type=float, default=10.0, help="timed window per run")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="a fixed number of timed steps per run instead of --seconds")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
     ap.add_argument("--json", dest="json_out", help="also write the results here")
     args = ap.parse_args(argv)
@@ -61,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     for r in range(args.repeats):
         for n in names:
-            res = run_preset(n, args.steps, args.timeout)
+            res = run_preset(n, args.steps, args.seconds, args.timeout)
             runs[n].append(res)
             shown = (
-                f"{res['samples_per_s']:,.0f} samples/s" if "samples_per_s" in res else res["error"]
+                f"{res['samples_per_s']:,.0f} samples/s, {res['steps']} steps"
+                if "samples_per_s" in res else res["error"]
             )
             console.log(f"repeat {r + 1}/{args.repeats} {n}: {shown} ({res['wall_s']:.0f} s)")
     rows = []

@@ -217,6 +217,7 @@ def run_training(
         "samples_per_s": samples_per_s,
         "step_time_ms": _percentiles(step_ms),
         "measured_steps": measured,
+        "measured_s": round(measure_s, 3),
         "profile_window": window or None,
         "final_loss": losses[-1] if losses else None,
         "eval_auc": auc,

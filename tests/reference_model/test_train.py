@@ -84,14 +84,17 @@ def test_clean_run_learns_and_writes_a_profiled_logdir(tmp_path):
 
 @pytest.mark.slow
 def test_default_preset_runs_every_anti_pattern_path(tmp_path):
+    # --measure-seconds ends the timed window long before 100000 steps.
     proc = _train(tmp_path, "--preset", "default", "--json", *SMALL_RUN, "--logdir",
-                  str(tmp_path / "logdir"), "--profile-seconds", "0")
+                  str(tmp_path / "logdir"), "--profile-seconds", "0", "--measure-steps",
+                  "100000", "--measure-seconds", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta = json.loads(proc.stdout)
     assert meta["config"]["cast"] == "host" and meta["devices"]["count"] == 4
     win = meta["profile_window"]  # no minimum duration: exactly --profile-steps 2
     assert win["last_step"] - win["first_step"] == 1
     assert meta["dataset"]["format"] == "example" and meta["dataset"]["compression"] == "gzip"
+    assert 1 <= meta["measured_steps"] < 100000 and 1.0 <= meta["measured_s"] < 30
 
 
 @pytest.mark.slow
@@ -132,6 +135,8 @@ def test_bad_data_directory_is_a_one_line_error(tmp_path):
 
 def test_bad_flags_exit_2(tmp_path):
     assert _train(tmp_path, "--preset", "nope").returncode == 2
+    proc = _train(tmp_path, "--measure-seconds", "0")
+    assert proc.returncode == 2 and "must be > 0" in proc.stderr
     proc = _train(tmp_path, "--batch-size", "1000", "--devices", "3")
     assert proc.returncode == 2 and "divisible" in proc.stderr
     proc = _train(tmp_path, "--config", str(tmp_path / "none.json"))
