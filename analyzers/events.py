@@ -166,6 +166,19 @@ def cat_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
     return values[col.array.codes]
 
 
+def cat_codes_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
+    """`func` applied once per distinct value, its distinct results numbered 0..k-1 (in first-seen
+    category order) and spread over the rows as int32; -1 where `func` gives None/"" or the row is
+    missing. A grouping key without an object array over the rows."""
+    number: dict[object, int] = {}
+    table = np.full(len(col.cat.categories) + 1, -1, dtype=np.int32)
+    for i, c in enumerate(col.cat.categories):
+        key = func(str(c))
+        if key:
+            table[i] = number.setdefault(key, len(number))
+    return table[col.array.codes]
+
+
 def present_values(col: pd.Series) -> list[str]:
     cats = col.cat.categories
     seen = np.zeros(len(cats) + 1, dtype=bool)

@@ -5,8 +5,9 @@ absolute start in the `Task Environment` plane's `profile_start_time` stat (docs
 files from other writers carry absolute line timestamps and no such plane. Either way this module
 returns `t0_unix_ns` and start times relative to it.
 
-Memory: a large file is memory-mapped, not read, and unmapped as soon as the decoder's arrays and
-the few strings the table keeps (line names, text stats) are out of it; the decoder's per-event
+Memory: a large file is memory-mapped, not read; the decoder gives each chunk of lines' pages back
+once it is through with them, and the mapping is closed as soon as the few strings the table keeps
+(line names, text stats) are out of it; the decoder's per-event
 arrays then become the table's columns in place, line by line (the decoder emits each line's
 events contiguously), so no n-sized temporary is built on the way (bench/analyzer_speed.py).
 """
@@ -121,18 +122,35 @@ def _decode_unchecked(data: bytes | mmap.mmap, small: bool) -> _Decoded:
         want, columns = _wanted_stats(planes)
         space = decode_small(whole, want)
     else:
-        from analyzers.ingest.xplane_decode import decode_events, decode_plane_rest
+        from analyzers.ingest.xplane_decode import decode_events, decode_layout
 
         buf = np.frombuffer(data, dtype=np.uint8)
-        planes = [XPlane.FromString(rest) for rest in decode_plane_rest(buf)]
+        layout = decode_layout(buf)
+        planes = [XPlane.FromString(rest) for rest in layout.plane_rest]
         want, columns = _wanted_stats(planes)
-        space = decode_events(buf, want)
+        release = _page_releaser(data) if isinstance(data, mmap.mmap) else None
+        space = decode_events(buf, want, layout.spans, release)
     lines_s = space.lines_s
     line_names = [space.text(*(d if d[1] else n))
                   for n, d in zip(lines_s[:, :2], lines_s[:, 2:], strict=True)]
     stats = _stat_columns(space, planes, columns)
     space.buf = np.zeros(0, dtype=np.uint8)  # the file's bytes are not needed any more
     return _Decoded(planes, space, line_names, stats)
+
+
+def _page_releaser(mapped: mmap.mmap) -> Callable[[int, int], None]:
+    """Drops decoded byte ranges of a read-only file mapping from this process's memory: the
+    pages stay in the page cache, and the few later reads (line names, text stats) fault them
+    back in, so the peak holds one chunk of the file beside the decoder's arrays instead of all
+    of it (docs/trace-signals.md, "Reading large files")."""
+    page = mmap.PAGESIZE
+
+    def release(start: int, end: int) -> None:
+        first = start // page * page
+        if end > first:
+            mapped.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+    return release
 
 
 def _table(d: _Decoded, host: str) -> XSpaceTable:

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import cat_map, cat_mask, present_values
+from analyzers.events import cat_codes_map, cat_mask, present_values
 from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
@@ -71,26 +72,31 @@ def _analyze(ctx: Context) -> InputPipeline:
                     if n.startswith("Iterator::")})
     work = ctx.in_steps(kinds=("input_work",),
                         columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
+    # Masks and masked sums over the clipped rows, no row subsets: on a per-example pipeline
+    # most events are input work, and each boolean-indexed copy of `work` cost tens of MB.
     wname = work["name"]
+    dur = work["dur_ns"].to_numpy()
     is_stage = cat_mask(wname, lambda n: n.startswith("Iterator::"))
     # Map-function ops are `scope/op:Type` events; `ExecutorState::Process` and other `A::B`
     # wrappers enclose them and would count the same time twice.
-    ops = work[~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)]
-    parse = ops[cat_mask(ops["op_type"], _PARSE_OPS.match)]
+    is_op = ~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)
+    is_parse = is_op & cat_mask(work["op_type"], _PARSE_OPS.match)
+    is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
     n = max(ctx.n_steps, 1)
-    reader_ev = work[is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)]
-    reader_ms = float(reader_ev["dur_ns"].sum()) / 1e6 / n
+    reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
     # Concurrency of reads: the direct children of interleave elements (one per open input),
     # or the reader stages themselves when there is no interleave.
-    inputs = work[cat_mask(wname, _INTERLEAVE_CHILD.search)]
-    if len(inputs):
+    element = cat_codes_map(wname, lambda n: (m := _INTERLEAVE_CHILD.search(n)) and m.group(1))
+    is_input = element >= 0
+    starts, ends = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
+    if is_input.any():
         # One span per interleave element (an open input file), first to last event.
-        element = cat_map(inputs["name"],
-                          lambda n: (m := _INTERLEAVE_CHILD.search(n)) and m.group(1))
-        conc_ev = inputs.assign(element=element).groupby("element").agg(
+        spans = pd.DataFrame({"element": element[is_input], "start_ns": starts[is_input],
+                              "end_ns": ends[is_input]}).groupby("element").agg(
             start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        conc_s, conc_e = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
     else:
-        conc_ev = reader_ev
+        conc_s, conc_e = starts[is_reader], ends[is_reader]
     path_text = " ".join(paths)
     stages = {x for p in paths for x in p.split("::")}
     parallel = sorted(s for s in stages if s.startswith("Parallel") or s == "MapAndBatch")
@@ -105,14 +111,12 @@ def _analyze(ctx: Context) -> InputPipeline:
         parallel_stages=parallel,
         sequential_stages=sequential,
         map_before_batch=bool(map_before),
-        parse_ops_per_step=len(parse) / n,
-        parse_ms_per_step=float(parse["dur_ns"].sum()) / 1e6 / n,
-        input_op_ms_per_step=float(ops["dur_ns"].sum()) / 1e6 / n,
+        parse_ops_per_step=int(is_parse.sum()) / n,
+        parse_ms_per_step=float(dur.sum(where=is_parse)) / 1e6 / n,
+        input_op_ms_per_step=float(dur.sum(where=is_op)) / 1e6 / n,
         reader_ms_per_step=reader_ms,
-        reader_concurrency=_mean_concurrency(conc_ev["start_ns"].to_numpy(),
-                                             conc_ev["end_ns"].to_numpy()),
-        max_open_inputs=_max_concurrency(conc_ev["start_ns"].to_numpy(),
-                                         conc_ev["end_ns"].to_numpy()),
+        reader_concurrency=_mean_concurrency(conc_s, conc_e),
+        max_open_inputs=_max_concurrency(conc_s, conc_e),
     )
 
 

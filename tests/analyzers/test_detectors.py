@@ -230,6 +230,22 @@ def test_os_threads_are_matched_to_trace_lines_by_activity(tmp_path):
     assert roles == {1001: "input", 1002: "compute"}
     assert summarize(ctx).input_cpu_share == pytest.approx(0.25, abs=0.02)
 
+    # Rows not grouped by line (as merged Chrome traces come): the same busy flags and roles.
+    from analyzers.signals.os_sampler import _lines_busy_at
+
+    shuffled_run = load_run(run)
+    shuffled_run.events = shuffled_run.events.sample(frac=1, random_state=0).reset_index(
+        drop=True)
+    shuffled = Context.build(shuffled_run)
+    codes = shuffled.events["line"].array.codes
+    assert (codes[1:] != codes[:-1]).sum() > 4 * (len(shuffled.events["line"].cat.categories) + 1)
+    t = ctx.run.threads["t_ns"].to_numpy()
+    grouped_busy, shuffled_busy = _lines_busy_at(ctx, t), _lines_busy_at(shuffled, t)
+    assert grouped_busy.keys() == shuffled_busy.keys() and len(grouped_busy) >= 2
+    for line, on in grouped_busy.items():
+        assert on.any() and (on == shuffled_busy[line]).all(), line
+    assert thread_roles(shuffled, shuffled.run.threads) == roles
+
 
 def test_scaling_efficiency_from_runs_at_several_device_counts(tmp_path):
     import json
