@@ -3,8 +3,8 @@
 Each preset runs in its own process (logical devices are fixed per process) with `recadvisor train
 --json`, without a profiler window; presets are interleaved across repeats so machine noise hits all
 of them alike, and the table quotes medians. Every run measures for the same time (`--seconds`),
-whatever its step time: a 60-step window is 2.6 s for `clean` but 30 s for `default`, and short
-windows made clean's runs spread by ±12% where 10 s windows spread by ±4%.
+whatever its step time: a 60-step window is 2.6 s for `clean` but 30 s for `default`, and with
+60-step windows clean's runs spread over 76-100K samples/s where 10 s windows gave 95-106K.
 
 "Slower than clean" means every run of the preset is below every clean run: with 5 runs each that
 ordering has a chance of 1 in 252 when the two do not differ (a one-sided rank test, p = 0.004).

@@ -15,7 +15,9 @@ uint64=3 int64=4 str=5 bytes=6 ref=7 (see xplane_schema.py).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,8 @@ from analyzers.ingest.xplane_arrays import (
 
 # Lines are decoded in runs of about this many bytes (see decode_events).
 CHUNK_BYTES = 16 << 20
+# Threads decoding chunks side by side (each holds one chunk of a mapped file's pages).
+MAX_WORKERS = 4
 
 # Error codes returned by the compiled functions (0 = ok); the byte offset travels beside them.
 _ERRORS = {
@@ -191,7 +195,7 @@ def _stat(buf, s_start, s_end, stat, col, plane, want, st_i, st_d):
     return 0, 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _walk_lines(buf, spans, first, last, fill, want, counts, lines_i, lines_s, ev_line, ev_mid,
                 ev_off, ev_dur, st_i, st_d):
     """Lines spans[first:last] (from `_walk_rest`), their events and the wanted stats.
@@ -354,24 +358,36 @@ def _chunks(spans: np.ndarray, chunk_bytes: int) -> list[tuple[int, int]]:
 
 def decode_events(buf: np.ndarray, want: np.ndarray, spans: np.ndarray,
                   release: Callable[[int, int], None] | None = None,
-                  chunk_bytes: int = CHUNK_BYTES) -> DecodedSpace:
+                  chunk_bytes: int = CHUNK_BYTES, workers: int | None = None) -> DecodedSpace:
     """Lines, events and the stats `want` selects (want[plane, stat id] = column, -1 = skip).
 
-    Lines are counted, then filled, a chunk of lines at a time; `release(start, end)` is called
-    with each chunk's byte range once a pass is done with it, so a memory-mapped file's pages
-    can be given back while the rest is decoded (the peak holds one chunk of the file beside the
-    arrays, not the whole file)."""
+    Lines are decoded in chunks: every chunk is counted, then every chunk is filled at its own
+    offsets, chunks side by side on `workers` threads (the compiled walker releases the GIL; a
+    chunk writes only its own rows). `release(start, end)` is called with each chunk's byte range
+    once a pass is done with it, so a memory-mapped file's pages can be given back while the
+    rest is decoded (the peak holds a chunk of the file per worker beside the arrays, not the
+    whole file)."""
     chunks = _chunks(spans, chunk_bytes)
-    counts = np.zeros(4, dtype=np.int64)
     e2 = np.zeros((0, 4), np.int64)
     e1 = np.zeros(0, np.int64)
-    for a, b in chunks:
-        _walk_lines(buf, spans, a, b, False, want, counts, e2, e2, np.zeros(0, np.int32), e1, e1,
-                    e1, np.zeros((0, 5), np.int64), np.zeros(0, np.float64))
-        _check(int(counts[2]), int(counts[3]))
+    no_lines, no_stats, no_doubles = np.zeros(0, np.int32), np.zeros((0, 5), np.int64), e1.astype(
+        np.float64)
+
+    def count(chunk: tuple[int, int]) -> np.ndarray:
+        a, b = chunk
+        counts = np.zeros(4, dtype=np.int64)
+        _walk_lines(buf, spans, a, b, False, want, counts, e2, e2, no_lines, e1, e1, e1, no_stats,
+                    no_doubles)
         if release is not None:
             release(int(spans[a, 1]), int(spans[b - 1, 2]))
-    n_events, n_stats = int(counts[0]), int(counts[1])
+        return counts
+
+    counted = _each(count, chunks, workers)
+    for c in counted:  # the first error in file order
+        _check(int(c[2]), int(c[3]))
+    sizes = np.array([c[:2] for c in counted], dtype=np.int64).reshape(-1, 2)
+    bases = np.cumsum(sizes, axis=0) - sizes  # each chunk's first event and stat row
+    n_events, n_stats = (int(x) for x in sizes.sum(axis=0))
     out = DecodedSpace(
         buf=buf,
         lines_i=np.zeros((len(spans), 4), dtype=np.int64),
@@ -383,17 +399,32 @@ def decode_events(buf: np.ndarray, want: np.ndarray, spans: np.ndarray,
         stats_i=np.zeros((n_stats, 5), dtype=np.int64),
         stats_d=np.zeros(n_stats, dtype=np.float64),
     )
-    counts[:] = 0
-    for a, b in chunks:
+
+    def fill(k: int) -> np.ndarray:
+        a, b = chunks[k]
+        counts = np.array([bases[k, 0], bases[k, 1], 0, 0], dtype=np.int64)
         _walk_lines(buf, spans, a, b, True, want, counts, out.lines_i, out.lines_s, out.ev_line,
                     out.ev_mid, out.ev_off, out.ev_dur, out.stats_i, out.stats_d)
-        _check(int(counts[2]), int(counts[3]))
         if release is not None:
             release(int(spans[a, 1]), int(spans[b - 1, 2]))
+        return counts
+
+    for c in _each(fill, range(len(chunks)), workers):
+        _check(int(c[2]), int(c[3]))
     keep = out.stats_i[:, 1] >= 0  # stats whose id was found only after decoding
     if not keep.all():
         out.stats_i, out.stats_d = out.stats_i[keep], out.stats_d[keep]
     return out
+
+
+def _each(func: Callable, items, workers: int | None) -> list:
+    """func over items, in order; on threads when there are several items and cores."""
+    items = list(items)
+    workers = min(workers or os.cpu_count() or 1, len(items), MAX_WORKERS)
+    if workers <= 1:
+        return [func(x) for x in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(func, items))
 
 
 def decode_xspace(data: bytes | np.ndarray) -> DecodedSpace:
