@@ -9,10 +9,12 @@ a polled estimate.
 
 Targets: the logdirs given, else every /tmp/pl/* logdir that exists, plus two generated traces: a
 tiny one (the fixed cost of starting Python and importing) and one of --events events (default 5M;
-written once by a vectorized serializer and cached under /tmp/recadvisor_bench).
+written once by a vectorized serializer and cached under /tmp/recadvisor_bench); with
+--real-seconds S also a large real TF trace (the `default` preset profiled for S seconds, recorded
+once and cached there too): a generated trace carries ~22 bytes per event, a TF one ~44.
 
     .venv/bin/python bench/analyzer_speed.py [LOGDIR ...] [--repeats 3] [--events 5000000]
-        [--mode cli|python] [--no-xprof] [--no-generated] [--json out.json]
+        [--real-seconds 45] [--mode cli|python] [--no-xprof] [--no-generated] [--json out.json]
     .venv/bin/python bench/analyzer_speed.py --profile LOGDIR   # cProfile load_run + step_breakdown
 """
 
@@ -357,6 +359,23 @@ def generated_logdir(n_events: int) -> Path:
     return logdir
 
 
+def real_logdir(seconds: float) -> Path:
+    """A real TF trace: the reference trainer's `default` preset profiled for `seconds` (45 s
+    gives ~6.8M events, 303 MB), recorded once and cached. Needs the `tf` extra."""
+    logdir = WORK / f"real_default_{seconds:g}s"
+    if not any(logdir.glob("plugins/profile/*/*.xplane.pb")):
+        shutil.rmtree(logdir, ignore_errors=True)
+        cmd = [str(CLI), "train", "--preset", "default", "--logdir", str(logdir),
+               "--profile-seconds", f"{seconds:g}", "--steps", "5", "--no-progress"]
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=quiet_env())
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise SystemExit(f"analyzer_speed: could not record the real trace: {tail}")
+        print(f"recorded {logdir} in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return logdir
+
+
 # --------------------------------------------------------------------------- targets
 
 
@@ -526,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="cli: the whole `recadvisor analyze`; python: load_run + step_breakdown")
     ap.add_argument("--no-xprof", action="store_true")
     ap.add_argument("--no-generated", action="store_true")
+    ap.add_argument("--real-seconds", type=float, default=0, metavar="S",
+                    help="also a real TF trace: the default preset profiled for S seconds "
+                    "(recorded once, cached; 45 gives ~6.8M events)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per process")
     ap.add_argument("--json", dest="json_out", type=Path, help="also write the rows here")
     ap.add_argument("--profile", action="store_true",
@@ -542,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{CLI} not found: install the project (pip install -e .) or use --mode python")
     targets = ([make_target(p.name, p) for p in args.logdirs] if args.logdirs
                else default_targets(args.events, not args.no_generated))
+    if args.real_seconds > 0:
+        if not CLI.exists():
+            ap.error(f"{CLI} not found: --real-seconds records with `recadvisor train`")
+        targets.append(make_target(f"real-default-{args.real_seconds:g}s",
+                                   real_logdir(args.real_seconds)))
     if not targets:
         ap.error("no logdirs given and none found under /tmp/pl")
     tools = () if args.no_xprof else xprof_tools()
