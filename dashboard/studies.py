@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from analyzers.ingest.logdir import walk_files
 from dashboard.paths import OutsideRoot, under_root
 from tuner.storage import redact, storage_error
 
@@ -26,9 +27,7 @@ def is_optuna_db(path: Path) -> bool:
 
 def find_study_files(root: Path) -> list[Path]:
     found = []
-    for p in sorted(root.rglob("*.db")):
-        if any(part.startswith(".") for part in p.relative_to(root).parts[:-1]):
-            continue  # .venv, .git, caches
+    for p in sorted(walk_files(root, ("*.db",))):
         try:
             p = under_root(root, p)
         except OutsideRoot:

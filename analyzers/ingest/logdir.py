@@ -7,7 +7,10 @@ Chrome trace JSON (`*.trace.json.gz`, `*.json`), plus optional sampler and metad
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +53,7 @@ def _trace_files(folder: Path) -> list[Path]:
 # Trace names that make a folder a run folder (`*.pt.trace.json` included): plain `*.json` is
 # left out, as tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too.
 WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz")
+SKIPPED_FOLDERS = ("site-packages", "node_modules")
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -77,16 +81,21 @@ def find_runs(path: Path) -> list[Path]:
 def walk_runs(root: Path) -> list[Path]:
     """Every run folder at any depth under `root` (skipping hidden folders and installed
     packages), oldest first: for tools that browse a tree of logdirs rather than open one."""
-    root = Path(root)
-    found: set[Path] = set()
-    for pattern in WALK_PATTERNS:
-        for f in root.rglob(pattern):
-            rel = f.relative_to(root).parts[:-1]
-            if any(p.startswith(".") or p in ("site-packages", "node_modules") for p in rel):
-                continue
-            if f.is_file():
-                found.add(f.parent)
+    found = {f.parent for f in walk_files(root, WALK_PATTERNS) if f.is_file()}
     return sorted(found, key=lambda p: (p.name, str(p)))
+
+
+def walk_files(root: Path, patterns: tuple[str, ...]) -> Iterator[Path]:
+    """Files under `root` whose name matches one of `patterns`, at any depth, in one walk that
+    never enters hidden folders (.venv, .git), site-packages or node_modules: a dashboard root
+    holding a virtualenv used to be walked through all of it (once per pattern) and filtered
+    after. Symlinked folders are not entered, as with `Path.rglob`."""
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders
+                               if not d.startswith(".") and d not in SKIPPED_FOLDERS)
+        for name in files:
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                yield Path(folder) / name
 
 
 def select_run(path: Path, run: str | None = None) -> Path:

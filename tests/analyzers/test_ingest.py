@@ -776,6 +776,34 @@ def test_walk_runs_finds_runs_at_any_depth_and_skips_non_traces(tmp_path):
     assert found == {"a/plugins/profile/r1", "b/deep/er/r2", "c"}
 
 
+def test_walk_files_never_enters_skipped_folders_nor_symlinked_ones(tmp_path, monkeypatch):
+    import os
+
+    from analyzers.ingest import logdir
+
+    for rel in ("a/x.db", "a/b/y.db", ".venv/lib/z.db", "d/site-packages/w.db",
+                "e/node_modules/v.db", "outside/u.db"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("a", ".venv", "d", "e"):
+        (tmp_path / name).rename(root / name)
+    os.symlink(tmp_path / "outside", root / "linked")
+    entered: list[str] = []
+    real_walk = os.walk
+
+    def recording_walk(top, *args, **kwargs):
+        for folder, subfolders, files in real_walk(top, *args, **kwargs):
+            entered.append(os.path.relpath(folder, root))
+            yield folder, subfolders, files
+
+    monkeypatch.setattr(logdir.os, "walk", recording_walk)
+    found = sorted(str(p.relative_to(root)) for p in logdir.walk_files(root, ("*.db",)))
+    assert found == ["a/b/y.db", "a/x.db"]
+    assert sorted(entered) == [".", "a", "a/b", "d", "e"]
+
+
 def test_a_tuning_output_folder_is_not_a_run_its_profiles_are(tmp_path):
     (tmp_path / "summary.json").write_text("{}")
     (tmp_path / "best_config.json").write_text("{}")
