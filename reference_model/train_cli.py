@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+from recadvisor.argtypes import positive
 from reference_model.config import (
     TrainConfig,
     add_config_flags,
@@ -34,7 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", type=Path, help="dataset dir from `recadvisor data` (default: cached)")
     p.add_argument("--cache-dir", type=Path, help="where generated datasets are cached")
     p.add_argument("--steps", type=int, help="timed steps (alias of --measure-steps)")
-    p.add_argument("--measure-seconds", type=_positive_seconds, metavar="S",
+    p.add_argument("--measure-seconds", type=positive, metavar="S",
                    help="end the timed window once S seconds have passed (at most --steps steps): "
                    "every configuration gets the same measuring time, whatever its step time")
     p.add_argument("--eval", action="store_true", help="report AUC on the held-out split")
@@ -44,16 +45,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the run metadata as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_config_flags(p)
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def build_config(args: argparse.Namespace) -> TrainConfig:

@@ -7,9 +7,9 @@ returns `t0_unix_ns` and start times relative to it.
 
 Memory: a large file is memory-mapped, not read; the decoder gives each chunk of lines' pages back
 once it is through with them, and the mapping is closed as soon as the few strings the table keeps
-(line names, text stats) are out of it; the decoder's per-event
-arrays then become the table's columns in place, line by line (the decoder emits each line's
-events contiguously), so no n-sized temporary is built on the way (bench/analyzer_speed.py).
+(line names, text stats) are out of it; the decoder's per-event arrays then become the table's
+columns in place, line by line (the decoder emits each line's events contiguously), so no n-sized
+temporary is built on the way (bench/analyzer_speed.py).
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ def _stat_columns(space: DecodedSpace, planes: list, columns: list[str]
     Where an event carries one column twice (aliases), the last value wins."""
     si = space.stats_i
     ev_plane = space.lines_i[space.ev_line[si[:, 0]], 0] if len(si) else np.zeros(0, np.int64)
+    ref_names = [{k: m.name for k, m in p.stat_metadata.items()} for p in planes]
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for ci, col in enumerate(columns):
         rows = np.flatnonzero(si[:, 1] == ci)
@@ -285,7 +286,6 @@ def _stat_columns(space: DecodedSpace, planes: list, columns: list[str]
         if col in TEXT_STATS:
             refs = np.flatnonzero(kinds == _REF)
             texts = np.flatnonzero((kinds == _STR) | (kinds == _BYTES))
-            ref_names = [{k: m.name for k, m in p.stat_metadata.items()} for p in planes]
             values_out = [ref_names[ev_plane[rows[r]]].get(int(values[r]), "") for r in refs]
             values_out += [space.text(int(values[r]), int(si[rows[r], 4])) for r in texts]
             # Text values after references: where both exist for an event, the text wins.

@@ -370,8 +370,8 @@ def decode_events(buf: np.ndarray, want: np.ndarray, spans: np.ndarray,
     chunks = _chunks(spans, chunk_bytes)
     e2 = np.zeros((0, 4), np.int64)
     e1 = np.zeros(0, np.int64)
-    no_lines, no_stats, no_doubles = np.zeros(0, np.int32), np.zeros((0, 5), np.int64), e1.astype(
-        np.float64)
+    no_lines, no_stats, no_doubles = (np.zeros(0, np.int32), np.zeros((0, 5), np.int64),
+                                      np.zeros(0, np.float64))
 
     def count(chunk: tuple[int, int]) -> np.ndarray:
         a, b = chunk

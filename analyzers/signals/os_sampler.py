@@ -94,16 +94,17 @@ def _lines_busy_at(ctx: Context, t: np.ndarray) -> dict[str, np.ndarray]:
     keep &= cat_mask(ev["name"], lambda n: n not in _BLOCKING)
     codes = ev["line"].array.codes
     start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-    order = None
-    cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    order, grouped = None, codes
+    cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
     if len(cuts) > 4 * (len(ev["line"].cat.categories) + 1):
         order = np.argsort(codes, kind="stable")
-        cuts = np.flatnonzero(np.diff(codes[order]) != 0) + 1
+        grouped = codes[order]
+        cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
     parts: dict[int, list] = {}
     for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(codes)], strict=True):
         if b > a:
-            rows = slice(a, b) if order is None else order[a:b]
-            parts.setdefault(int(codes[rows][0]), []).append(rows)
+            parts.setdefault(int(grouped[a]), []).append(
+                slice(a, b) if order is None else order[a:b])
     names = ev["line"].cat.categories
     busy: dict[str, np.ndarray] = {}
     for code, slices in parts.items():

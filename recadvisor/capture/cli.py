@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recadvisor.argtypes import non_negative, positive, positive_int
 from recadvisor.capture.metadata import host_facts, write_run_metadata
 from recadvisor.capture.profiler_window import (
     host_prefix,
@@ -75,17 +76,17 @@ def add_parser(subparsers) -> None:
     p.add_argument("--logdir", type=Path, required=True, help="TensorBoard logdir to write")
     p.add_argument(
         "--delay",
-        type=_non_negative,
+        type=non_negative,
         default=10.0,
         metavar="S",
         help="seconds from the command's start to the window (default 10)",
     )
     span = p.add_mutually_exclusive_group()
     span.add_argument(
-        "--duration", type=_positive, metavar="S", help="window length in seconds (default 5)"
+        "--duration", type=positive, metavar="S", help="window length in seconds (default 5)"
     )
     span.add_argument(
-        "--steps", type=_positive_int, metavar="N", help="window length in tf.function steps"
+        "--steps", type=positive_int, metavar="N", help="window length in tf.function steps"
     )
     p.add_argument(
         "--host-tracer-level",
@@ -105,7 +106,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="samples per step: with it, samples/s of the window is written to the metadata",
     )
@@ -118,27 +119,6 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--no-sampler", action="store_true", help="TF profile only")
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-
-
-def _positive(text: str) -> float:
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return v
-
-
-def _non_negative(text: str) -> float:
-    v = float(text)
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {text}")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text}")
-    return v
 
 
 def run(args: argparse.Namespace) -> int:
