@@ -19,6 +19,9 @@ from analyzers.scaling import metadata_device_count
 from analyzers.steps import Steps, chunks, clip_to_steps, step_breakdown
 
 _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
+# MirroredStrategy names replica i's ops `replica_i/...` (replica 0 has no prefix) and its
+# multi-device iterator reads `GetNextFromShard<i>` (docs/trace-signals.md, "Devices").
+_REPLICA = re.compile(r"(?:^|/)replica_(\d+)/|^GetNextFromShard(\d+)$")
 # What Context.in_steps can give: event columns, then the step index and the clipped times.
 IN_STEP_COLUMNS = ("plane", "line", "name", "op_type", "kind",
                    "step_idx", "start_ns", "end_ns", "dur_ns")
@@ -118,8 +121,10 @@ class Context:
         from_meta = metadata_device_count(self.run.metadata or {})
         if from_meta:
             return from_meta
-        ids = {m for n in present_values(self.events["name"]) for m in _CPU_DEVICE.findall(n)}
-        return max(len(ids), 1)
+        names = present_values(self.events["name"])
+        ids = {m for n in names for m in _CPU_DEVICE.findall(n)}
+        replicas = [int(a or b) + 1 for n in names for a, b in _REPLICA.findall(n)]
+        return max(len(ids), max(replicas, default=1), 1)
 
     @cached_property
     def n_cpus(self) -> int | None:

@@ -5,7 +5,10 @@ Steps come, in order of preference, from
    step_num=..., _r=1)`, Keras' `train` trace, PyTorch's `ProfilerStep#N`);
 2. repeated calls of one compiled train function (`__inference_*` on the host), step i running from
    call i to call i+1;
-and a trace with neither gets an explicit "no steps found".
+3. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
+   (a plain-Python step, or Keras with run_eagerly=True, pulls one batch per step), step i running
+   from fetch i to fetch i+1;
+and a trace with none of these gets an explicit "no steps found".
 
 A step spans from its marker's start to the next marker's start, so time between steps (Python,
 input fetch outside the marker) belongs to a step. The breakdown gives each instant of a step to
@@ -41,12 +44,13 @@ ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
 _COUNTER = re.compile(r"#\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
+_EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
 
 
 @dataclass
 class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
-    source: str  # "markers:<name>", "function:<name>" or "none"
+    source: str  # "markers:<name>", "function:<name>", "iterator:<name>" or "none"
     line: str | None = None  # the thread that drives the steps (markers or calls live there)
 
     @property
@@ -104,6 +108,16 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | No
             w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
                               "end_ns": c["end_ns"].to_numpy()})
             return _chain(w), f"function:{best}", _main_line(c)
+    fetches = events[host & cat_mask(events["name"], _EAGER_FETCH.match)]
+    if len(fetches) >= 3:
+        line = _main_line(fetches)
+        f = fetches[fetches["line"] == line].sort_values("start_ns")
+        starts = f["start_ns"].to_numpy(np.int64)
+        if len(starts) >= 3:
+            # The last fetch opens a step the trace does not finish: n fetches, n - 1 steps.
+            w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
+                              "end_ns": starts[1:]})
+            return _chain(w), f"iterator:{f['name'].iloc[0]}", line
     return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none", None
 
 

@@ -14,6 +14,7 @@ DETECTOR_IDS = (
     "collective_overhead",
     "dstate_threads",
     "kernel_launch_overhead",
+    "eager_execution",
     "host_device_pingpong",
 )
 

@@ -5,7 +5,8 @@ Two ways it costs step time (docs/trace-signals.md, "Input pipeline"):
   shape itself serializes work (no prefetch, one reader, per-example parsing);
 - contention, on hosts without an accelerator: the producers' CPU time is taken from the cores
   that run the model. The step never waits, yet every op is slower; visible only in sampler data.
-Evidence names the cause: decompression, per-example parsing, casting, low parallelism, no prefetch.
+Evidence names the cause: decompression, per-example parsing, Python functions (py_function,
+numpy_function, from_generator), low parallelism, no prefetch.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ _FIXES = {
     "per_example_parsing": ({"record_format": "prebatched", "parse": "batched"},
                             "batch before parsing (parse a whole batch per call) or write "
                             "prebatched records, one record per batch"),
+    "python_function": ({}, "replace the Python function with TensorFlow ops (tf.strings, "
+                        "tf.io, tf.math) so tf.data runs it in parallel without the GIL, or "
+                        "precompute the features offline; if it must stay in Python, batch first "
+                        "so it runs once per batch on whole arrays, or spread it over processes "
+                        "(tf.data service)"),
     "low_parallelism": ({"cycle_length": 4, "interleave_parallelism": 4, "map_parallelism": 4},
                         "read files with interleave(cycle_length>1, num_parallel_calls=AUTOTUNE) "
                         "and map with num_parallel_calls=AUTOTUNE"),

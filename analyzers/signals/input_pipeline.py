@@ -21,6 +21,9 @@ from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
+# Ops that call back into Python: tf.numpy_function / from_generator (`PyFunc`,
+# `PyFuncStateless`) and tf.py_function (`EagerPyFunc`) (docs/trace-signals.md, "tf.data").
+_PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 _READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "SSTable", "Parquet", "ArrayRecord")
 _BRACKETS = re.compile(r"\[\d+\]")
 # A direct child of an interleave element (`...ParallelInterleaveV4[37]::FlatMap`): one per open
@@ -42,6 +45,9 @@ class InputPipeline:
     reader_ms_per_step: float  # time inside reader stages (reads + decompression)
     reader_concurrency: float  # mean number of open inputs (or reader calls) while any is
     max_open_inputs: int  # most interleave inputs open at once
+    python_calls_per_step: float  # Python-function ops run by the pipeline
+    python_ms_per_step: float
+    generator: bool  # a Dataset.from_generator stage
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
@@ -81,6 +87,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     # wrappers enclose them and would count the same time twice.
     is_op = ~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)
     is_parse = is_op & cat_mask(work["op_type"], _PARSE_OPS.match)
+    is_python = is_op & cat_mask(work["op_type"], _PYTHON_OPS.__contains__)
     is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
@@ -117,6 +124,9 @@ def _analyze(ctx: Context) -> InputPipeline:
         reader_ms_per_step=reader_ms,
         reader_concurrency=_mean_concurrency(conc_s, conc_e),
         max_open_inputs=_max_concurrency(conc_s, conc_e),
+        python_calls_per_step=int(is_python.sum()) / n,
+        python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
+        generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
     )
 
 
@@ -142,6 +152,8 @@ CPU_BOUND_OP_SHARE = 0.5
 # (docs/trace-signals.md, "tf.data").
 MIN_READER_CONCURRENCY = 3.5
 MAX_OPEN_SEQUENTIAL = 3
+# Python functions are a cause when they take this share of the input wait.
+MIN_PYTHON_SHARE_OF_WAIT = 0.2
 
 
 def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
@@ -162,7 +174,7 @@ def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, s
 
 def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     """Why the pipeline is slow, as far as the trace (and run metadata) show: no prefetch, low
-    parallelism, per-example parsing, decompression; cause → evidence."""
+    parallelism, per-example parsing, Python functions, decompression; cause → evidence."""
     causes: dict[str, str] = {}
     if not pipe.present:
         return causes
@@ -178,11 +190,21 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
         causes.setdefault("low_parallelism", f"sequential stages "
                                              f"{', '.join(pipe.sequential_stages)} "
                                              "(no num_parallel_calls)")
+    wait_ms = ctx.fractions.get("input_wait", 0.0) * ctx.steps.median_step_ns() / 1e6
+    python = pipe.python_calls_per_step > 0 and (
+        pipe.python_ms_per_step >= MIN_PYTHON_SHARE_OF_WAIT * wait_ms)
+    if python:
+        source = "Dataset.from_generator" if pipe.generator else "tf.py_function/numpy_function"
+        per = " (once per example: map before batch)" if pipe.map_before_batch else ""
+        causes["python_function"] = (
+            f"{pipe.python_calls_per_step:.0f} Python function calls per step "
+            f"({pipe.python_ms_per_step:.1f} ms) from {source}{per}: they run under the GIL, "
+            "so num_parallel_calls barely parallelizes them")
     if pipe.parse_ops_per_step >= 16:
         causes["per_example_parsing"] = (
             f"{pipe.parse_ops_per_step:.0f} parse ops per step "
             f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time")
-    elif pipe.map_before_batch:
+    elif pipe.map_before_batch and not python:
         causes["per_example_parsing"] = (
             "the map function runs once per example (map before batch), "
             f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")

@@ -15,6 +15,7 @@ from tests.analyzers.traces import (
     thread_samples,
     write_sampler,
 )
+from tests.analyzers.xspace_builder import XSpaceBuilder
 
 
 def by_id(report) -> dict[str, Finding]:
@@ -61,6 +62,43 @@ def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     assert "input_preprocessing" in f and "io_stall" not in f
     assert "per_example_parsing" in f["input_preprocessing"].numbers["causes"]
     assert f["input_preprocessing"].severity == "high"
+
+
+def _python_map(calls: int, each_ms: float, generator: bool = False):
+    """`calls` Python-function ops per step on two tf.data threads, as tf.py_function
+    (`EagerPyFunc`) or, from a generator stage, `PyFunc` (docs/trace-signals.md, "tf.data")."""
+    def add(b, host, main, comp, t0, i):
+        for k in range(calls):
+            line = host.line(f"tf_data_private_threadpool/{60 + k % 2}", line_id=60 + k % 2)
+            s = t0 + int((k // 2) * each_ms * MS)
+            if generator:
+                line.event("Iterator::Root::Prefetch::BatchV2::FlatMap[0]::Generator", s,
+                           int(each_ms * MS) - 1000)
+                line.event("PyFunc:PyFunc", s + 500, int(each_ms * MS) - 2000)
+            else:
+                line.event("EagerPyFunc:EagerPyFunc", s, int(each_ms * MS) - 1000)
+    return add
+
+
+@pytest.mark.parametrize("generator", [False, True])
+def test_python_functions_in_the_pipeline_are_named(tmp_path, generator):
+    _, run = host_trace(tmp_path, wait_ms=60, parse_ops=0,
+                        per_step=_python_map(100, 1.0, generator))
+    f = by_id(analyze(run))["input_preprocessing"]
+    assert f.severity == "high"
+    assert "python_function" in f.numbers["causes"]
+    text = " ".join(f.evidence)
+    assert "100 Python function calls per step" in text
+    assert ("from_generator" in text) == generator
+    assert "GIL" in f.remedy
+
+
+def test_cheap_python_function_is_not_a_cause(tmp_path):
+    """One short py_function per batch is not why a per-example parsing pipeline waits."""
+    _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5,
+                        per_step=_python_map(1, 0.5))
+    causes = by_id(analyze(run))["input_preprocessing"].numbers["causes"]
+    assert "per_example_parsing" in causes and "python_function" not in causes
 
 
 def test_no_prefetch_and_one_reader_are_named(tmp_path):
@@ -122,6 +160,76 @@ def test_convert_gaps_found_when_casts_take_step_time(tmp_path):
 def test_convert_gaps_absent_with_few_conversions(tmp_path):
     _, run = host_trace(tmp_path, per_step=_casts(1, 0.5))
     assert "convert_to_tensor_gaps" not in by_id(analyze(run))
+
+
+# ---- eager_execution ---------------------------------------------------------------------------
+
+def _eager_ops(n: int, each_ms: float, kernel_ms: float, start_ms: float = 3.0):
+    """`n` eagerly executed ops per step on the Python thread, each with its kernel inside."""
+    def add(b, host, main, comp, t0, i):
+        for k in range(n):
+            s = t0 + int((start_ms + k * each_ms) * MS)
+            main.event("EagerLocalExecute: MatMul" if k % 2 else "EagerLocalExecute: Relu", s,
+                       int(each_ms * MS * 0.9))
+            main.event("EagerKernelExecute", s + int(each_ms * MS * 0.2), int(kernel_ms * MS))
+    return add
+
+
+def test_eager_loop_is_found_with_a_kernel_time_bound(tmp_path):
+    # 40 ops x 2 ms per 100 ms step, 0.5 ms of kernel each; a 1 ms function call per step.
+    _, run = host_trace(tmp_path, compute_ms=1, per_step=_eager_ops(40, 2.0, 0.5))
+    f = by_id(analyze(run))["eager_execution"]
+    assert f.numbers["eager_ops_per_step"] == 40 and f.numbers["op_types"] == 2
+    assert f.numbers["kernel_fraction"] == pytest.approx(0.20, abs=0.01)
+    assert f.numbers["function_fraction"] == pytest.approx(0.01, abs=0.005)
+    # The step keeps its kernels and function time: 1 / (0.20 + 0.01).
+    assert f.speedup == pytest.approx(1 / 0.21, rel=0.05)
+    assert f.severity == "high" and "tf.function" in f.remedy
+    assert [e["name"] for e in f.top_events][:2] == ["MatMul", "Relu"]
+
+
+def test_compiled_step_with_a_few_eager_ops_is_not_eager(tmp_path):
+    # Same 40 eager ops, but the step's time is mostly one tf.function call.
+    _, run = host_trace(tmp_path, step_ms=400, compute_ms=300,
+                        per_step=_eager_ops(40, 2.0, 0.5, start_ms=310))
+    assert "eager_execution" not in by_id(analyze(run))
+    # And few eager ops without a function are not a loop of them.
+    _, run = host_trace(tmp_path / "few", compute_ms=1, per_step=_eager_ops(5, 2.0, 0.5))
+    assert "eager_execution" not in by_id(analyze(run))
+
+
+def test_eager_loop_without_markers_is_split_at_its_batch_fetches(tmp_path):
+    b = XSpaceBuilder()
+    main = b.plane("/host:CPU").line("python3", line_id=1)
+    for i in range(6):
+        t0 = i * 20 * MS
+        main.event("EagerLocalExecute: IteratorGetNext", t0, MS)
+        for k in range(30):
+            s = t0 + 2 * MS + k * MS // 2
+            main.event("EagerLocalExecute: MatMul", s, MS // 3)
+            main.event("EagerKernelExecute", s + MS // 10, MS // 10)
+    report = analyze(b.write(tmp_path))
+    assert report.ctx.steps.source == "iterator:EagerLocalExecute: IteratorGetNext"
+    assert report.ctx.n_steps == 5 and report.ctx.steps.median_step_ns() == 20 * MS
+    f = by_id(report)["eager_execution"]
+    assert f.numbers["eager_ops_per_step"] == 30
+    # Per step: 1 ms fetch (input wait), 3 ms of kernels; the other 16 ms go.
+    assert f.speedup == pytest.approx(20 / 4, rel=0.05)
+
+
+# ---- device count without device planes or metadata -------------------------------------------
+
+def _replica_ops(b, host, main, comp, t0, i):
+    for r in range(1, 4):
+        comp.event(f"gradient_tape/replica_{r}/dense/MatMul:MatMul", t0 + 80 * MS + r * MS,
+                   MS // 2)
+
+
+def test_mirrored_replicas_count_as_devices(tmp_path):
+    _, run = host_trace(tmp_path, per_step=_replica_ops)
+    assert analyze(run).ctx.n_devices == 4
+    _, run = host_trace(tmp_path / "one")
+    assert analyze(run).ctx.n_devices == 1
 
 
 # ---- GPU traces ---------------------------------------------------------------------------------

@@ -41,6 +41,48 @@ def test_keras_fast_job_has_no_input_finding(tmp_path):
     assert not ids & {"io_stall", "input_preprocessing"}, report.findings
 
 
+def _foreign(tmp_path: Path, mode: str) -> Path:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(tmp_path / mode), mode],
+                   check=True, timeout=300, env=env, capture_output=True)
+    return tmp_path / mode
+
+
+@pytest.mark.parametrize("mode", ["generator", "pyfunc"])
+def test_python_in_the_input_pipeline_is_named(tmp_path, mode):
+    f = {f.id: f for f in analyze(_foreign(tmp_path, mode)).findings}["input_preprocessing"]
+    assert f.severity == "high"
+    # py_function per example is not "parsing": prebatched records would not help it.
+    assert f.numbers["causes"] == ["python_function"], f.evidence
+
+
+def test_eager_loop_is_found_and_its_tf_function_twin_is_not(tmp_path):
+    eager = {f.id: f for f in analyze(_foreign(tmp_path, "eager")).findings}
+    assert eager["eager_execution"].severity == "high"
+    assert eager["eager_execution"].numbers["eager_ops_per_step"] >= 50
+    graph = analyze(_foreign(tmp_path, "graph"))
+    assert graph.steps_found and "eager_execution" not in {f.id for f in graph.findings}
+
+
+def test_keras_run_eagerly_steps_come_from_batch_fetches(tmp_path):
+    report = analyze(_foreign(tmp_path, "keras_eager"))
+    # No step markers and no train function: one step per eager IteratorGetNext (12 fetches).
+    assert report.ctx.steps.source.startswith("iterator:") and report.ctx.n_steps == 11
+    f = {f.id: f for f in report.findings}["eager_execution"]
+    assert f.severity == "high" and f.speedup > 3
+
+
+def test_mirrored_strategy_replicas_are_devices(tmp_path):
+    four = analyze(_foreign(tmp_path, "mirrored4"))
+    assert four.ctx.n_devices == 4 and four.ctx.n_steps == 15
+    # The all-reduce is seen (4-7% of these steps, near the finding's 3% floor, so the finding
+    # itself is not asserted); one replica has none.
+    assert four.ctx.fractions["collective"] > 0.01
+    one = analyze(_foreign(tmp_path, "mirrored1"))
+    assert one.ctx.n_devices == 1 and one.ctx.fractions["collective"] == 0
+    assert "collective_overhead" not in {f.id for f in one.findings}
+
+
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory) -> str:
     """One dataset cache for all preset runs (each record format is generated once)."""

@@ -1,0 +1,116 @@
+"""Small TF jobs that are not ours, each with one generic anti-pattern or its fix, profiled with
+plain TensorFlow APIs (`tf.profiler.experimental.start/stop`).
+
+    python foreign_jobs.py LOGDIR MODE
+
+MODE:
+- `generator`: Keras fit fed by `Dataset.from_generator` doing per-example NumPy work.
+- `pyfunc`: Keras fit whose map is a `tf.py_function`, num_parallel_calls=AUTOTUNE.
+- `keras_eager`: Keras fit with run_eagerly=True (no tf.function, no step markers).
+- `eager`: a custom loop whose step is plain Python (every op dispatched eagerly).
+- `graph`: the same step wrapped in `tf.function`.
+- `mirrored4` / `mirrored1`: a custom loop under MirroredStrategy over 4 (or 1) logical CPU
+  devices with a distributed dataset.
+Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
+"""
+
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+logdir, mode = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+
+
+def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False) -> None:
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, "relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True),
+                  run_eagerly=run_eagerly)
+    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+    tf.profiler.experimental.start(logdir)
+    model.fit(ds, steps_per_epoch=12, epochs=1, verbose=0)
+    tf.profiler.experimental.stop()
+
+
+def features(x: np.ndarray) -> np.ndarray:
+    for _ in range(20):  # per-example Python feature engineering
+        x = np.tanh(x) + 0.01
+    return x
+
+
+def profile_loop(step, steps: int = 20) -> None:
+    for _ in range(5):
+        step()
+    t = time.perf_counter()
+    for _ in range(50):
+        step()
+    print(f"untraced_step_ms={(time.perf_counter() - t) / 50 * 1e3:.3f}", flush=True)
+    tf.profiler.experimental.start(logdir)
+    for i in range(steps):
+        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+            step()
+    tf.profiler.experimental.stop()
+
+
+if mode == "generator":
+    def gen():
+        while True:
+            x = features(rng.normal(size=64).astype("float32"))
+            yield x, np.float32(x[0] > 0)
+    spec = (tf.TensorSpec((64,), tf.float32), tf.TensorSpec((), tf.float32))
+    keras_fit(tf.data.Dataset.from_generator(gen, output_signature=spec).batch(256).prefetch(2))
+elif mode == "pyfunc":
+    base = tf.data.Dataset.from_tensor_slices(
+        (rng.normal(size=(8192, 64)).astype("float32"), np.zeros(8192, "float32"))).repeat()
+    ds = base.map(lambda x, y: tf.py_function(lambda a, b: (features(a.numpy()), b), [x, y],
+                                              [tf.float32, tf.float32]),
+                  num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(lambda x, y: (tf.ensure_shape(x, (64,)), tf.ensure_shape(y, ())))
+    keras_fit(ds.batch(256).prefetch(2))
+elif mode == "keras_eager":
+    x = rng.normal(size=(16384, 64)).astype("float32")
+    keras_fit(tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32")))
+              .batch(256).repeat().prefetch(2), run_eagerly=True)
+elif mode in ("eager", "graph"):
+    x = tf.constant(rng.normal(size=(256, 32)).astype("float32"))
+    ws = [tf.Variable(tf.random.normal((32, 32)) * 0.1) for _ in range(12)]
+
+    def step():
+        with tf.GradientTape() as tape:
+            h = x
+            for w in ws:
+                h = tf.nn.relu(h @ w)
+            loss = tf.reduce_mean(h)
+        for w, g in zip(ws, tape.gradient(loss, ws), strict=True):
+            w.assign_sub(0.01 * g)
+    profile_loop(step if mode == "eager" else tf.function(step), steps=30)
+elif mode.startswith("mirrored"):
+    n = int(mode.removeprefix("mirrored"))
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+    x = rng.normal(size=(65536, 64)).astype("float32")
+    y = (x[:, 0] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(1024).prefetch(2)
+    it = iter(strategy.experimental_distribute_dataset(ds))
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(512, "relu"),
+                                     tf.keras.layers.Dense(512, "relu"), tf.keras.layers.Dense(1)])
+        opt = tf.keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def step():
+        def replica(a, b):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.keras.losses.binary_crossentropy(
+                    b[:, None], model(a), from_logits=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+        return strategy.run(replica, args=next(it))
+    profile_loop(step, steps=15)
+else:
+    raise SystemExit(f"unknown mode {mode}")
