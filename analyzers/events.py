@@ -82,8 +82,10 @@ _FRAMEWORK = re.compile(
     r"TFE_Py_\w+|FunctionRun|ExecutorState::.*|ExecutorDoneCallback|ParallelFor|"
     r"ThunkExecutor::Execute|BlockUntilReady|CpuExecutable::\w+|TraceContext|SessionRun|"
     r"RunGraph|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"
-    r"InstantiatedCapturedFunction::\w+)$"
+    r"InstantiatedCapturedFunction::\w+|tf\.function-graph_building)$"
 )
+# Tracing a tf.function's Python body; conversions inside it are symbolic (graph construction).
+GRAPH_BUILDING = "tf.function-graph_building"
 _H2D = re.compile(r"(?i)^(MemcpyH2D|Memcpy HtoD.*|MemcpyHtoD.*|HostToDevice.*|EagerCopyToDevice)$")
 _D2H = re.compile(r"(?i)^(MemcpyD2H|Memcpy DtoH.*|MemcpyDtoH.*|DeviceToHost.*)$")
 _D2D = re.compile(r"(?i)^(MemcpyD2D|MemcpyP2P|Memcpy DtoD.*|Memcpy PtoP.*|MemcpyDtoD.*)$")

@@ -15,6 +15,7 @@ DETECTOR_IDS = (
     "dstate_threads",
     "kernel_launch_overhead",
     "eager_execution",
+    "function_retracing",
     "host_device_pingpong",
 )
 

@@ -2,13 +2,19 @@
 
 Signals (TF 2.x eager): `convert_to_tensor` and `tf.constant` trace events, eager `Cast`,
 `_EagerConst` and `DeepCopy` executions on the step-driving thread, outside the compiled step.
-Each is a small synchronous op the step waits for (seed 000's casting layer).
+Each is a small synchronous op the step waits for (seed 000's casting layer). Conversions inside
+`tf.function-graph_building` are graph construction while tracing (`function_retracing`'s
+business), not per-step tensor creation: they are left out.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from analyzers.context import Context
+from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.steps import merge_intervals
 
 ID = "convert_to_tensor_gaps"
 MIN_PER_STEP = 4
@@ -16,11 +22,21 @@ MIN_PER_STEP = 4
 
 def detect(ctx: Context) -> Finding | None:
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
-                        columns=("name", "dur_ns"))
+                        columns=("name", "start_ns", "dur_ns"))
+    share = ctx.fractions.get("convert", 0.0)
+    builds = ctx.in_steps(name=GRAPH_BUILDING.__eq__, columns=("start_ns", "end_ns"))
+    if len(builds) and len(conv):
+        bs, be = merge_intervals(builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
+        at = conv["start_ns"].to_numpy()
+        i = np.searchsorted(bs, at, side="right") - 1
+        tracing = (i >= 0) & (at < be[np.maximum(i, 0)])
+        all_ns = float(conv["dur_ns"].sum())
+        conv = conv[~tracing]
+        # The breakdown's exposed convert time, less the tracing part.
+        share *= float(conv["dur_ns"].sum()) / all_ns if all_ns else 0.0
     per_step = len(conv) / max(ctx.n_steps, 1)
     if per_step < MIN_PER_STEP:
         return None
-    share = ctx.fractions.get("convert", 0.0)
     casts = int((conv["name"] == "EagerLocalExecute: Cast").sum() / max(ctx.n_steps, 1))
     step_ms = ctx.steps.median_step_ns() / 1e6
     changes = {"cast": "pipeline"} if ctx.config and ctx.config.get("cast") == "host" else {}

@@ -9,6 +9,8 @@ MODE:
 - `keras_eager`: Keras fit with run_eagerly=True (no tf.function, no step markers).
 - `eager`: a custom loop whose step is plain Python (every op dispatched eagerly).
 - `graph`: the same step wrapped in `tf.function`.
+- `retrace` / `stable`: a tf.function step called with a new Python float every step (retraced
+  each time) or with a tensor.
 - `mirrored4` / `mirrored1`: a custom loop under MirroredStrategy over 4 (or 1) logical CPU
   devices with a distributed dataset.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
@@ -39,6 +41,22 @@ def features(x: np.ndarray) -> np.ndarray:
     for _ in range(20):  # per-example Python feature engineering
         x = np.tanh(x) + 0.01
     return x
+
+
+def mlp_step(layers: int):
+    """One SGD step of a `layers`-deep 32-wide ReLU MLP on a fixed batch, as plain Python."""
+    x = tf.constant(rng.normal(size=(256, 32)).astype("float32"))
+    ws = [tf.Variable(tf.random.normal((32, 32)) * 0.1) for _ in range(layers)]
+
+    def step(lr=0.01):
+        with tf.GradientTape() as tape:
+            h = x
+            for w in ws:
+                h = tf.nn.relu(h @ w)
+            loss = tf.reduce_mean(h)
+        for w, g in zip(ws, tape.gradient(loss, ws), strict=True):
+            w.assign_sub(lr * g)
+    return step
 
 
 def profile_loop(step, steps: int = 20) -> None:
@@ -75,18 +93,16 @@ elif mode == "keras_eager":
     keras_fit(tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32")))
               .batch(256).repeat().prefetch(2), run_eagerly=True)
 elif mode in ("eager", "graph"):
-    x = tf.constant(rng.normal(size=(256, 32)).astype("float32"))
-    ws = [tf.Variable(tf.random.normal((32, 32)) * 0.1) for _ in range(12)]
+    step = mlp_step(12)
+    profile_loop(step if mode == "eager" else tf.function(step), steps=30)
+elif mode in ("retrace", "stable"):
+    train = tf.function(mlp_step(6))
+    calls = iter(range(10**6))
 
     def step():
-        with tf.GradientTape() as tape:
-            h = x
-            for w in ws:
-                h = tf.nn.relu(h @ w)
-            loss = tf.reduce_mean(h)
-        for w, g in zip(ws, tape.gradient(loss, ws), strict=True):
-            w.assign_sub(0.01 * g)
-    profile_loop(step if mode == "eager" else tf.function(step), steps=30)
+        lr = 0.01 / (1 + next(calls))
+        train(lr if mode == "retrace" else tf.constant(lr))
+    profile_loop(step, steps=15)
 elif mode.startswith("mirrored"):
     n = int(mode.removeprefix("mirrored"))
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -217,6 +217,54 @@ def test_eager_loop_without_markers_is_split_at_its_batch_fetches(tmp_path):
     assert f.speedup == pytest.approx(20 / 4, rel=0.05)
 
 
+# ---- function_retracing -----------------------------------------------------------------------
+
+def _calls(retrace_steps: set[int], build_ms: float = 40.0, conversions: int = 0):
+    """Per step: the train function called from Python; in `retrace_steps` it is traced first
+    (graph building, with `conversions` symbolic convert_to_tensor calls inside) and runs as a
+    new concrete function whose first execution spends 20 ms instantiating before its 5 ms run."""
+    def add(b, host, main, comp, t0, i):
+        s = t0 + 2 * MS
+        if i in retrace_steps:
+            main.event("tf.function-graph_building", s, int(build_ms * MS))
+            for k in range(conversions):
+                main.event("convert_to_tensor", s + MS + k * MS // 4, MS // 8)
+            s += int(build_ms * MS) + MS
+            main.event(f"EagerLocalExecute: __inference_train_step_{100 + i}", s, 25 * MS)
+            main.event("EagerKernelExecute", s + 20 * MS, 5 * MS)
+        else:
+            main.event("EagerLocalExecute: __inference_train_step_99", s, 5 * MS + 1000)
+            main.event("EagerKernelExecute", s + 500, 5 * MS)
+    return add
+
+
+def test_retracing_every_step_is_found(tmp_path):
+    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5, per_step=_calls(set(range(8))))
+    f = by_id(analyze(run))["function_retracing"]
+    assert f.numbers["traced_steps"] == 8 and f.numbers["graph_builds"] == 8
+    assert f.numbers["build_fraction"] == pytest.approx(0.40, abs=0.01)
+    assert f.numbers["instantiate_fraction"] == pytest.approx(0.20, abs=0.01)
+    # 8 traced variants, plus host_trace's own `__inference_train_step_42` in every step.
+    assert f.numbers["concrete_functions"] == {"train_step": 9}
+    assert f.speedup == pytest.approx(1 / (1 - 0.60), rel=0.05) and f.severity == "high"
+    assert "input_signature" in f.remedy
+
+
+def test_tracing_once_in_warm_up_is_not_retracing(tmp_path):
+    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5, per_step=_calls({0}))
+    assert "function_retracing" not in by_id(analyze(run))
+
+
+def test_conversions_while_tracing_are_not_convert_gaps(tmp_path):
+    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5,
+                        per_step=_calls(set(range(8)), conversions=40))
+    assert "convert_to_tensor_gaps" not in by_id(analyze(run))
+    # The same conversions outside any graph building are.
+    _, run = host_trace(tmp_path / "b", steps=8, compute_ms=0.5,
+                        per_step=_casts(20, 1.0))
+    assert "convert_to_tensor_gaps" in by_id(analyze(run))
+
+
 # ---- device count without device planes or metadata -------------------------------------------
 
 def _replica_ops(b, host, main, comp, t0, i):

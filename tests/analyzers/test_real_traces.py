@@ -72,6 +72,17 @@ def test_keras_run_eagerly_steps_come_from_batch_fetches(tmp_path):
     assert f.severity == "high" and f.speedup > 3
 
 
+def test_retracing_is_found_and_a_tensor_argument_fixes_it(tmp_path):
+    retrace = analyze(_foreign(tmp_path, "retrace"))
+    f = {f.id: f for f in retrace.findings}["function_retracing"]
+    assert f.severity == "high" and f.numbers["traced_steps"] == retrace.ctx.n_steps == 15
+    # Conversions made while tracing are graph construction, not per-step tensor creation.
+    assert "convert_to_tensor_gaps" not in {x.id for x in retrace.findings
+                                            if x.severity in ("medium", "high")}
+    stable = analyze(_foreign(tmp_path, "stable"))
+    assert stable.steps_found and "function_retracing" not in {x.id for x in stable.findings}
+
+
 def test_mirrored_strategy_replicas_are_devices(tmp_path):
     four = analyze(_foreign(tmp_path, "mirrored4"))
     assert four.ctx.n_devices == 4 and four.ctx.n_steps == 15
