@@ -16,6 +16,7 @@ DETECTOR_IDS = (
     "kernel_launch_overhead",
     "eager_execution",
     "function_retracing",
+    "per_step_overhead",
     "host_device_pingpong",
 )
 

@@ -32,6 +32,10 @@ def detect(ctx: Context) -> Finding | None:
     if wait < MIN_WAIT:
         return None
     pipe = analyze_input_pipeline(ctx)
+    if pipe.stage_paths and not pipe.reads_files:
+        # In-memory sources (from_tensor_slices, cache, range): whatever the wait is, it is not
+        # storage (docs/trace-signals.md, "Jobs that are not ours").
+        return None
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
     if cpu_bound or pipeline_causes(ctx, pipe):

@@ -24,7 +24,10 @@ _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|Parse
 # Ops that call back into Python: tf.numpy_function / from_generator (`PyFunc`,
 # `PyFuncStateless`) and tf.py_function (`EagerPyFunc`) (docs/trace-signals.md, "tf.data").
 _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
-_READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "SSTable", "Parquet", "ArrayRecord")
+# File-reading stages, by the dataset type TF names their iterators with (TFRecordDataset ->
+# `TFRecord`, CsvDataset -> `CSV`, Dataset.load -> `Load`, snapshot -> `Snapshot`).
+_READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "CSV", "SSTable", "Parquet",
+            "ArrayRecord", "Snapshot", "Load", "LMDB", "Sql")
 _BRACKETS = re.compile(r"\[\d+\]")
 # A direct child of an interleave element (`...ParallelInterleaveV4[37]::FlatMap`): one per open
 # input; group 1 names the element.
@@ -48,6 +51,7 @@ class InputPipeline:
     python_calls_per_step: float  # Python-function ops run by the pipeline
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
+    reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
@@ -127,6 +131,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_calls_per_step=int(is_python.sum()) / n,
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
+        reads_files=bool(stages & set(_READERS)) or reader_ms > 0,
     )
 
 

@@ -7,6 +7,8 @@ MODE:
 - `generator`: Keras fit fed by `Dataset.from_generator` doing per-example NumPy work.
 - `pyfunc`: Keras fit whose map is a `tf.py_function`, num_parallel_calls=AUTOTUNE.
 - `keras_eager`: Keras fit with run_eagerly=True (no tf.function, no step markers).
+- `keras_spe1` / `keras_spe8`: Keras fit of a small model on cached batches, one step per call
+  (host overhead around each call) or steps_per_execution=8.
 - `eager`: a custom loop whose step is plain Python (every op dispatched eagerly).
 - `graph`: the same step wrapped in `tf.function`.
 - `retrace` / `stable`: a tf.function step called with a new Python float every step (retraced
@@ -26,14 +28,15 @@ logdir, mode = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(0)
 
 
-def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False) -> None:
+def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False, steps_per_execution: int = 1
+              ) -> None:
     model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, "relu"),
                                  tf.keras.layers.Dense(1)])
     model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True),
-                  run_eagerly=run_eagerly)
+                  run_eagerly=run_eagerly, steps_per_execution=steps_per_execution)
     model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
     tf.profiler.experimental.start(logdir)
-    model.fit(ds, steps_per_epoch=12, epochs=1, verbose=0)
+    model.fit(ds, steps_per_epoch=12 * steps_per_execution, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
 
 
@@ -88,10 +91,14 @@ elif mode == "pyfunc":
                   num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.map(lambda x, y: (tf.ensure_shape(x, (64,)), tf.ensure_shape(y, ())))
     keras_fit(ds.batch(256).prefetch(2))
-elif mode == "keras_eager":
+elif mode == "keras_eager" or mode.startswith("keras_spe"):
     x = rng.normal(size=(16384, 64)).astype("float32")
-    keras_fit(tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32")))
-              .batch(256).repeat().prefetch(2), run_eagerly=True)
+    ds = (tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32")))
+          .batch(256).cache().repeat().prefetch(2))
+    if mode == "keras_eager":
+        keras_fit(ds, run_eagerly=True)
+    else:
+        keras_fit(ds, steps_per_execution=int(mode.removeprefix("keras_spe")))
 elif mode in ("eager", "graph"):
     step = mlp_step(12)
     profile_loop(step if mode == "eager" else tf.function(step), steps=30)

@@ -56,6 +56,21 @@ def test_io_stall_when_parallel_prefetched_readers_wait_and_cpu_idles(tmp_path):
     assert len({a for a, _ in ranges}) == len(ranges)
 
 
+def _in_memory_source(b, host, main, comp, t0, i):
+    host.line("tf_data_iterator_resource/70", line_id=70).event(
+        "Iterator::Root::Prefetch::BatchV2::TensorSlice", t0 + 1000, 2 * MS)
+
+
+def test_wait_on_an_in_memory_pipeline_is_not_io_stall(tmp_path):
+    """No file-reader stage anywhere in the pipeline (from_tensor_slices, cache): not storage."""
+    _, run = host_trace(tmp_path, wait_ms=60, readers=0, parse_ops=0,
+                        pipeline="Iterator::Root::Prefetch::BatchV2",
+                        per_step=_in_memory_source)
+    report = analyze(run)
+    assert report.ctx.fractions["input_wait"] > 0.5
+    assert "io_stall" not in by_id(report)
+
+
 def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5)
     f = by_id(analyze(run))
@@ -263,6 +278,48 @@ def test_conversions_while_tracing_are_not_convert_gaps(tmp_path):
     _, run = host_trace(tmp_path / "b", steps=8, compute_ms=0.5,
                         per_step=_casts(20, 1.0))
     assert "convert_to_tensor_gaps" in by_id(analyze(run))
+
+
+# ---- per_step_overhead ------------------------------------------------------------------------
+
+def _small_calls(run_ms: float, fetches: int = 1, casts_ms: float = 0.0):
+    """Per 1 ms step: `fetches` batch reads, then one train-function call running `run_ms` (its
+    kernel execution inside), and optionally conversions filling `casts_ms` before it."""
+    def add(b, host, main, comp, t0, i):
+        data = host.line("tf_data_iterator_get_next/80", line_id=80)
+        for k in range(fetches):
+            data.event("IteratorGetNextOp::DoCompute", t0 + 1000 + k * 2000, 1000)
+        s = t0 + 100_000
+        if casts_ms:
+            main.event("convert_to_tensor", s, int(casts_ms * MS))
+            s += int(casts_ms * MS)
+        main.event("EagerLocalExecute: __inference_train_step_7", s, int(run_ms * MS) + 2000)
+        main.event("EagerKernelExecute", s + 1000, int(run_ms * MS))
+    return add
+
+
+def test_small_steps_pay_per_call_overhead(tmp_path):
+    _, run = host_trace(tmp_path, steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.5), readers=0, parse_ops=0)
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["overhead_fraction"] == pytest.approx(0.5, abs=0.02)
+    assert f.numbers["batches_per_call"] == 1 and f.numbers["suggested_steps_per_call"] == 4
+    assert f.speedup == pytest.approx(1 / (1 - 0.75 * 0.5), rel=0.04)
+    assert "steps_per_execution=4" in f.remedy
+    # Eight batches per call already: suggest more than that.
+    _, run = host_trace(tmp_path / "spe", steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.5, fetches=8), readers=0, parse_ops=0)
+    assert by_id(analyze(run))["per_step_overhead"].numbers["suggested_steps_per_call"] == 32
+
+
+def test_no_per_call_overhead_when_the_call_fills_the_step(tmp_path):
+    _, run = host_trace(tmp_path, steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.95), readers=0, parse_ops=0)
+    assert "per_step_overhead" not in by_id(analyze(run))
+    # Time explained by another finding (conversions) is not overhead.
+    _, run = host_trace(tmp_path / "casts", steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.5, casts_ms=0.45), readers=0, parse_ops=0)
+    assert "per_step_overhead" not in by_id(analyze(run))
 
 
 # ---- device count without device planes or metadata -------------------------------------------

@@ -83,6 +83,21 @@ def test_retracing_is_found_and_a_tensor_argument_fixes_it(tmp_path):
     assert stable.steps_found and "function_retracing" not in {x.id for x in stable.findings}
 
 
+def test_per_call_overhead_of_small_keras_steps(tmp_path):
+    one = {f.id: f for f in analyze(_foreign(tmp_path, "keras_spe1")).findings}
+    f = one["per_step_overhead"]
+    assert f.severity in ("medium", "high") and f.numbers["suggested_steps_per_call"] == 4
+    # Cached in-memory batches: whatever the iterator costs, it is not storage.
+    eight = analyze(_foreign(tmp_path, "keras_spe8"))
+    assert eight.ctx.n_steps == 12  # one step per call of 8 batches
+    found = {f.id: f for f in eight.findings}
+    assert "io_stall" not in found and "io_stall" not in one
+    if "per_step_overhead" in found:
+        assert found["per_step_overhead"].numbers["suggested_steps_per_call"] == 32
+        assert found["per_step_overhead"].numbers["overhead_fraction"] < f.numbers[
+            "overhead_fraction"]
+
+
 def test_mirrored_strategy_replicas_are_devices(tmp_path):
     four = analyze(_foreign(tmp_path, "mirrored4"))
     assert four.ctx.n_devices == 4 and four.ctx.n_steps == 15

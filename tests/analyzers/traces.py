@@ -32,7 +32,8 @@ def host_trace(
     per_step: Callable | None = None,
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
-    then runs ops for `compute_ms` on a compute thread; tf.data readers run concurrently."""
+    then runs ops for `compute_ms` on a compute thread; tf.data readers (interleave elements,
+    each with a short TFRecord read) run concurrently."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -57,6 +58,8 @@ def host_trace(
         # Readers: `readers` interleave elements open for the whole step.
         for line in reader_lines[:readers]:
             line.event(f"{pipeline}[{element}]::FlatMap", t0, int(step_ms * MS) - 2000)
+            # The file read itself: a short reader stage below the element, as TF writes it.
+            line.event(f"{pipeline}[{element}]::FlatMap[0]::TFRecord", t0 + 1000, MS // 5)
             element += 1
         for k in range(parse_ops):
             parse_line.event("ParseExample/ParseExampleV2:ParseExampleV2",

@@ -1,0 +1,104 @@
+"""`per_step_overhead`: each step pays a fixed host cost around its train-function call.
+
+Signal (TF 2.x, docs/trace-signals.md, "Per-step overhead"): on the step-driving thread, a compiled
+step is one `EagerLocalExecute: __inference_<fn>_<id>` whose `EagerKernelExecute` is the run.
+Whatever else the thread does in the step and no other detector explains (input waits,
+conversions, host-to-device copies, eager ops) is per-call overhead: the Python loop, callbacks,
+argument handling and function dispatch. It is fixed per call, so on small steps it is a large
+share (seed 000: increase the batch size "to reduce the # of calls between the host and devices").
+
+What-if: STEPS_PER_CALL times the batches per call (Keras steps_per_execution, or a loop inside the
+tf.function) pays the overhead once for all of them, saving (1 - 1/STEPS_PER_CALL) of it. With
+an accelerator, host overhead costs only what the device sits idle.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from analyzers.context import Context
+from analyzers.events import GRAPH_BUILDING
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.steps import covered_ns
+
+ID = "per_step_overhead"
+EXEC = "EagerLocalExecute: "
+FUNCTION = "EagerLocalExecute: __inference_"
+KERNEL = "EagerKernelExecute"
+MIN_OVERHEAD = 0.10
+# One per batch the step reads (consumer side of the iterator, in or outside the function).
+_FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute)$")
+STEPS_PER_CALL = 4
+# Main-thread work other detectors already explain.
+_EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
+
+
+def detect(ctx: Context) -> Finding | None:
+    if ctx.main_line is None or ctx.n_steps == 0:
+        return None
+    ev = ctx.in_steps(line=ctx.main_line,
+                      name=lambda n: n.startswith(EXEC) or n == KERNEL,
+                      columns=("name", "start_ns", "end_ns"))
+    names = ev["name"].astype(str)
+    is_exec = names.str.startswith(EXEC).to_numpy()
+    is_fn = names.str.startswith(FUNCTION).to_numpy()
+    if not is_fn.any():
+        return None  # no compiled step: an eager loop is `eager_execution`
+    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    # Runs: kernel executions inside function executions (a function's first call also
+    # instantiates it; that part is `function_retracing`'s, and stays out of the runs).
+    fs, fe = starts[is_fn], ends[is_fn]
+    ks, ke = starts[~is_exec], ends[~is_exec]
+    owner = np.searchsorted(fs, ks, side="right") - 1
+    run = (owner >= 0) & (ks < fe[np.maximum(owner, 0)])
+    # A function execution without a kernel execution inside (traces that do not write it)
+    # counts whole as its run: without the split, none of it is called overhead.
+    bare = np.ones(len(fs), bool)
+    bare[owner[run]] = False
+    ks, ke, run = (np.concatenate([ks, fs[bare]]), np.concatenate([ke, fe[bare]]),
+                   np.concatenate([run, np.ones(int(bare.sum()), bool)]))
+    other = ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line,
+                         columns=("start_ns", "end_ns"))
+    primitive = is_exec & ~is_fn
+    s = np.concatenate([ks[run], starts[primitive], other["start_ns"].to_numpy()])
+    e = np.concatenate([ke[run], ends[primitive], other["end_ns"].to_numpy()])
+    total_ns = float(ctx.steps.table["dur_ns"].sum())
+    # Retracing (graph building, then instantiation inside the new function's first execution)
+    # is `function_retracing`'s: with it present, whole function spans count as explained.
+    build = ctx.in_steps(name=GRAPH_BUILDING.__eq__, columns=("start_ns", "end_ns"))
+    if len(build):
+        s = np.concatenate([s, build["start_ns"].to_numpy(), fs])
+        e = np.concatenate([e, build["end_ns"].to_numpy(), fe])
+    overhead = 1.0 - covered_ns(s, e) / total_ns if total_ns > 0 else 0.0
+    if overhead < MIN_OVERHEAD:
+        return None
+    saved = overhead * (1 - 1 / STEPS_PER_CALL)
+    if ctx.has_accelerator:
+        saved = min(saved, 1.0 - ctx.fractions.get("device_compute", 0.0))
+    run_share = covered_ns(ks[run], ke[run]) / total_ns
+    # Batches fetched per call (Keras steps_per_execution reads several inside one call).
+    fetches = ctx.in_steps(name=_FETCH.match, columns=("dur_ns",))
+    per_call = max(1, round(len(fetches) / ctx.n_steps))
+    suggest = per_call * STEPS_PER_CALL
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    return Finding(
+        id=ID,
+        title=f"{overhead:.0%} of each step is host overhead around the train-function call",
+        step_fraction=overhead,
+        speedup=speedup_from_saving(saved),
+        evidence=[
+            f"the compiled step runs {run_share:.0%} of step time; {overhead:.0%} "
+            f"({overhead * step_ms:.2f} ms of a {step_ms:.2f} ms median step) is the Python "
+            "loop, callbacks and function dispatch around each call (input waits, conversions "
+            "and copies left out: other findings cover them)",
+            f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
+            f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
+        ],
+        remedy=(f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
+                "loop over batches inside the tf.function (tf.range); or use a larger batch so "
+                "each call does more work (seed 000)."),
+        numbers={"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
+                 "batches_per_call": per_call, "suggested_steps_per_call": suggest},
+    )
