@@ -7,6 +7,8 @@ MODE:
 - `generator`: Keras fit fed by `Dataset.from_generator` doing per-example NumPy work.
 - `pyfunc`: Keras fit whose map is a `tf.py_function`, num_parallel_calls=AUTOTUNE.
 - `keras_eager`: Keras fit with run_eagerly=True (no tf.function, no step markers).
+- `tensorboard_callback`: Keras fit profiled by `tf.keras.callbacks.TensorBoard(profile_batch=)`
+  (the run lands in LOGDIR/train/plugins/profile/...).
 - `keras_spe1` / `keras_spe8`: Keras fit of a small model on cached batches, one step per call
   (host overhead around each call) or steps_per_execution=8.
 - `eager`: a custom loop whose step is plain Python (every op dispatched eagerly).
@@ -91,6 +93,14 @@ elif mode == "pyfunc":
                   num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.map(lambda x, y: (tf.ensure_shape(x, (64,)), tf.ensure_shape(y, ())))
     keras_fit(ds.batch(256).prefetch(2))
+elif mode == "tensorboard_callback":
+    x = rng.normal(size=(65536, 32)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32"))).batch(512)
+    model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(256, "relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    model.fit(ds.prefetch(2), epochs=1, verbose=0,
+              callbacks=[tf.keras.callbacks.TensorBoard(logdir, profile_batch=(20, 40))])
 elif mode == "keras_eager" or mode.startswith("keras_spe"):
     x = rng.normal(size=(16384, 64)).astype("float32")
     ds = (tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32")))

@@ -98,6 +98,16 @@ def test_per_call_overhead_of_small_keras_steps(tmp_path):
             "overhead_fraction"]
 
 
+def test_keras_tensorboard_callback_profile(tmp_path):
+    """The most common way users profile: the run sits under LOGDIR/train/plugins/profile."""
+    pytest.importorskip("tensorboard")
+    logdir = _foreign(tmp_path, "tensorboard_callback")
+    report = analyze(logdir)
+    assert report.run.run_dir.parent.parent.parent.name == "train"
+    # Keras' callback marks each profiled batch (step_num) itself.
+    assert report.ctx.steps.source == "markers:Profiled batch" and report.ctx.n_steps >= 15
+
+
 def test_mirrored_strategy_replicas_are_devices(tmp_path):
     four = analyze(_foreign(tmp_path, "mirrored4"))
     assert four.ctx.n_devices == 4 and four.ctx.n_steps == 15
