@@ -177,6 +177,34 @@ def test_convert_gaps_absent_with_few_conversions(tmp_path):
     assert "convert_to_tensor_gaps" not in by_id(analyze(run))
 
 
+# ---- kernel_launch_overhead on CPU ---------------------------------------------------------------
+
+def _tiny_ops(on_main: bool):
+    """200 ops of 5 µs per step, each in a 100 µs executor span (ExecutorState::Process) on an
+    executor thread, or the same spans on the step-driving thread (dispatch, not executor)."""
+    def add(b, host, main, comp, t0, i):
+        line = main if on_main else host.line("tf_Compute/12", line_id=12)
+        for k in range(200):
+            s = t0 + 20 * MS + k * 100_000
+            line.event("ExecutorState::Process", s, 100_000)
+            host.line("tf_Compute/13", line_id=13).event(f"add_{k}:AddV2", s + 1000, 5000)
+    return add
+
+
+def test_executor_time_between_tiny_ops_is_launch_overhead_on_cpu(tmp_path):
+    _, run = host_trace(tmp_path, compute_ms=10, per_step=_tiny_ops(on_main=False))
+    f = by_id(analyze(run))["kernel_launch_overhead"]
+    # 200 x 95 µs of executor time no op covers, per 100 ms step; fusion saves half of it.
+    assert f.step_fraction == pytest.approx(0.19, abs=0.01)
+    assert f.speedup == pytest.approx(1 / (1 - 0.095), rel=0.02) and f.severity == "medium"
+
+
+def test_dispatch_on_the_step_thread_is_not_launch_overhead(tmp_path):
+    _, run = host_trace(tmp_path, compute_ms=10, per_step=_tiny_ops(on_main=True))
+    f = by_id(analyze(run)).get("kernel_launch_overhead")
+    assert f is None or f.step_fraction < 0.01
+
+
 # ---- eager_execution ---------------------------------------------------------------------------
 
 def _eager_ops(n: int, each_ms: float, kernel_ms: float, start_ms: float = 3.0):
