@@ -52,6 +52,8 @@ class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
     source: str  # "markers:<name>", "function:<name>", "iterator:<name>" or "none"
     line: str | None = None  # the thread that drives the steps (markers or calls live there)
+    # That thread as (plane, line id): several threads can share a line name (`python`).
+    thread: tuple[str, object] | None = None
 
     @property
     def found(self) -> bool:
@@ -67,16 +69,24 @@ class Steps:
         return float(self.table["dur_ns"].median()) if self.found else 0.0
 
 
-def _main_line(events: pd.DataFrame) -> str | None:
-    return str(events["line"].value_counts().idxmax()) if len(events) else None
+def _main_thread(events: pd.DataFrame) -> tuple[str | None, tuple[str, object] | None]:
+    """The (line name, (plane, line id)) most of `events` sit on."""
+    if not len(events):
+        return None, None
+    line, plane, line_id = events.groupby(["line", "plane", "line_id"], observed=True).size(
+        ).idxmax()
+    return str(line), (str(plane), line_id)
 
 
-def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | None]:
-    """Return (DataFrame[step, start_ns, end_ns], source, step-driving line)."""
+def find_step_windows(events: pd.DataFrame
+                      ) -> tuple[pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]]:
+    """Return (DataFrame[step, start_ns, end_ns], source, (step-driving line name, its
+    (plane, line id)))."""
     rows, step_num = present_stat(events, "step_num")
     host = cat_mask(events["plane"].iloc[rows], lambda p: not is_device_plane(p))
     rows, step_num = rows[host], step_num[host]
-    marked = events[["name", "line", "start_ns", "end_ns", "dur_ns"]].iloc[rows]
+    marked = events[["name", "line", "plane", "line_id", "start_ns", "end_ns",
+                     "dur_ns"]].iloc[rows]
     if len(marked):
         root_rows, root = present_stat(events, "root")
         marked = marked.assign(step_num=step_num, root=np.isin(rows, root_rows[root > 0]))
@@ -93,7 +103,7 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | No
         w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
-            return _chain(w), f"markers:{best}", _main_line(m)
+            return _chain(w), f"markers:{best}", _main_thread(m)
     host = cat_mask(events["plane"], lambda p: not is_device_plane(p))
     calls = events[host & cat_mask(events["name"], _TRAIN_FN.search)]
     if len(calls):
@@ -107,18 +117,20 @@ def find_step_windows(events: pd.DataFrame) -> tuple[pd.DataFrame, str, str | No
             c = c.drop_duplicates("start_ns")
             w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
                               "end_ns": c["end_ns"].to_numpy()})
-            return _chain(w), f"function:{best}", _main_line(c)
+            return _chain(w), f"function:{best}", _main_thread(c)
     fetches = events[host & cat_mask(events["name"], _EAGER_FETCH.match)]
     if len(fetches) >= 3:
-        line = _main_line(fetches)
-        f = fetches[fetches["line"] == line].sort_values("start_ns")
+        line, (plane, line_id) = _main_thread(fetches)
+        f = fetches[((fetches["plane"] == plane) & (fetches["line_id"] == line_id)).to_numpy()
+                    ].sort_values("start_ns")
         starts = f["start_ns"].to_numpy(np.int64)
         if len(starts) >= 3:
             # The last fetch opens a step the trace does not finish: n fetches, n - 1 steps.
             w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
                               "end_ns": starts[1:]})
-            return _chain(w), f"iterator:{f['name'].iloc[0]}", line
-    return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none", None
+            return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, (plane, line_id))
+    return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
+            (None, None))
 
 
 def _chain(w: pd.DataFrame) -> pd.DataFrame:
@@ -240,7 +252,7 @@ def _add_cover(cover: np.ndarray, s: np.ndarray, e: np.ndarray, w_start: np.ndar
 def step_breakdown(events: pd.DataFrame) -> Steps:
     """Step windows and each category's exposed time per step: what it covers beyond the
     categories before it."""
-    windows, source, line = find_step_windows(events)
+    windows, source, (line, thread) = find_step_windows(events)
     cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
     if windows.empty:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
@@ -254,4 +266,4 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         out[cat] = c - prev
         prev = c
     out[IDLE] = out["dur_ns"] - prev
-    return Steps(out[cols].astype(np.int64), source, line)
+    return Steps(out[cols].astype(np.int64), source, line, thread)

@@ -21,13 +21,16 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING as BUILD
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.nesting import enclosing, on_thread, thread_keys
 from analyzers.steps import covered_ns
 
 ID = "function_retracing"
 EXEC = "EagerLocalExecute: __inference_"
 KERNEL = "EagerKernelExecute"
-# Tracing in at least this share of the profiled steps (and in two of them) is retracing.
+# Tracing in at least this share of the profiled steps, and in MIN_TRACED_STEPS of them, is
+# retracing.
 MIN_TRACED_STEP_SHARE = 0.25
+MIN_TRACED_STEPS = 3
 _FUNCTION_ID = re.compile(r"^EagerLocalExecute: __inference_(.+)_\d+$")
 
 
@@ -36,24 +39,29 @@ def detect(ctx: Context) -> Finding | None:
         return None
     builds = ctx.in_steps(name=BUILD.__eq__, columns=("step_idx", "start_ns", "end_ns"))
     traced_steps = int(builds["step_idx"].nunique())
-    if traced_steps < max(2, MIN_TRACED_STEP_SHARE * ctx.n_steps):
+    # A first call or a validation function traced at an epoch's end is warm-up, not retracing.
+    if traced_steps < max(MIN_TRACED_STEPS, MIN_TRACED_STEP_SHARE * ctx.n_steps):
         return None
     build_ns = covered_ns(builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
-    # Instantiation: a function execution's span beyond the kernel execution inside it.
+    # Instantiation: a function execution's span beyond the kernel execution inside it. An
+    # execution without one (a trace that does not write it) cannot be split and counts nothing.
     ev = ctx.in_steps(line=ctx.main_line or None,
                       name=lambda n: n.startswith(EXEC) or n == KERNEL,
-                      columns=("name", "start_ns", "end_ns", "dur_ns"))
+                      columns=("plane", "line_id", "name", "start_ns", "end_ns", "dur_ns"))
+    ev = on_thread(ev, ctx.steps.thread)
     names = ev["name"].astype(str)
     is_exec = names.str.startswith(EXEC).to_numpy()
-    exec_start = ev["start_ns"].to_numpy()[is_exec]
+    thread = thread_keys(ev)
+    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
     exec_dur = ev["dur_ns"].to_numpy()[is_exec]
-    k_start = ev["start_ns"].to_numpy()[~is_exec]
-    k_dur = ev["dur_ns"].to_numpy()[~is_exec]
-    owner = np.searchsorted(exec_start, k_start, side="right") - 1
-    inside = (owner >= 0) & (k_start < (exec_start + exec_dur)[np.maximum(owner, 0)])
-    run_ns = np.zeros(len(exec_start))
-    np.add.at(run_ns, owner[inside], k_dur[inside])
-    instantiate_ns = float(np.clip(exec_dur - run_ns, 0, None).sum())
+    owner = enclosing(starts[is_exec], ends[is_exec], thread[is_exec],
+                      starts[~is_exec], thread[~is_exec])
+    inside = owner >= 0
+    run_ns = np.zeros(len(exec_dur))
+    np.add.at(run_ns, owner[inside], ev["dur_ns"].to_numpy()[~is_exec][inside])
+    has_run = np.zeros(len(exec_dur), bool)
+    has_run[owner[inside]] = True
+    instantiate_ns = float(np.clip(exec_dur - run_ns, 0, None)[has_run].sum())
     total_ns = float(ctx.steps.table["dur_ns"].sum())
     saved = min((build_ns + instantiate_ns) / total_ns, 1.0) if total_ns > 0 else 0.0
     functions = names[is_exec].str.extract(_FUNCTION_ID)[0].dropna()

@@ -21,6 +21,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.nesting import enclosing, on_thread, thread_keys
 from analyzers.steps import covered_ns
 
 ID = "per_step_overhead"
@@ -38,9 +39,10 @@ _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 def detect(ctx: Context) -> Finding | None:
     if ctx.main_line is None or ctx.n_steps == 0:
         return None
-    ev = ctx.in_steps(line=ctx.main_line,
-                      name=lambda n: n.startswith(EXEC) or n == KERNEL,
-                      columns=("name", "start_ns", "end_ns"))
+    ev = on_thread(ctx.in_steps(line=ctx.main_line,
+                                name=lambda n: n.startswith(EXEC) or n == KERNEL,
+                                columns=("plane", "line_id", "name", "start_ns", "end_ns")),
+                   ctx.steps.thread)
     names = ev["name"].astype(str)
     is_exec = names.str.startswith(EXEC).to_numpy()
     is_fn = names.str.startswith(FUNCTION).to_numpy()
@@ -51,16 +53,18 @@ def detect(ctx: Context) -> Finding | None:
     # instantiates it; that part is `function_retracing`'s, and stays out of the runs).
     fs, fe = starts[is_fn], ends[is_fn]
     ks, ke = starts[~is_exec], ends[~is_exec]
-    owner = np.searchsorted(fs, ks, side="right") - 1
-    run = (owner >= 0) & (ks < fe[np.maximum(owner, 0)])
+    thread = thread_keys(ev)
+    owner = enclosing(fs, fe, thread[is_fn], ks, thread[~is_exec])
+    run = owner >= 0
     # A function execution without a kernel execution inside (traces that do not write it)
     # counts whole as its run: without the split, none of it is called overhead.
     bare = np.ones(len(fs), bool)
     bare[owner[run]] = False
     ks, ke, run = (np.concatenate([ks, fs[bare]]), np.concatenate([ke, fe[bare]]),
                    np.concatenate([run, np.ones(int(bare.sum()), bool)]))
-    other = ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line,
-                         columns=("start_ns", "end_ns"))
+    other = on_thread(ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line,
+                                   columns=("plane", "line_id", "start_ns", "end_ns")),
+                      ctx.steps.thread)
     primitive = is_exec & ~is_fn
     s = np.concatenate([ks[run], starts[primitive], other["start_ns"].to_numpy()])
     e = np.concatenate([ke[run], ends[primitive], other["end_ns"].to_numpy()])

@@ -26,6 +26,7 @@ _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|Parse
 _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 # File-reading stages, by the dataset type TF names their iterators with (TFRecordDataset ->
 # `TFRecord`, CsvDataset -> `CSV`, Dataset.load -> `Load`, snapshot -> `Snapshot`).
+_FILE_OPS = frozenset({"ReadFile"})  # tf.io.read_file in a map
 _READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "CSV", "SSTable", "Parquet",
             "ArrayRecord", "Snapshot", "Load", "LMDB", "Sql")
 _BRACKETS = re.compile(r"\[\d+\]")
@@ -92,6 +93,8 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_op = ~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)
     is_parse = is_op & cat_mask(work["op_type"], _PARSE_OPS.match)
     is_python = is_op & cat_mask(work["op_type"], _PYTHON_OPS.__contains__)
+    # `from_tensor_slices(paths).map(tf.io.read_file)` reads files with no reader stage.
+    is_file_op = is_op & cat_mask(work["op_type"], _FILE_OPS.__contains__)
     is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
@@ -131,7 +134,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_calls_per_step=int(is_python.sum()) / n,
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
-        reads_files=bool(stages & set(_READERS)) or reader_ms > 0,
+        reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
     )
 
 

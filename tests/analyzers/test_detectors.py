@@ -71,6 +71,18 @@ def test_wait_on_an_in_memory_pipeline_is_not_io_stall(tmp_path):
     assert "io_stall" not in by_id(report)
 
 
+def test_read_file_ops_make_an_in_memory_list_of_paths_a_file_reader(tmp_path):
+    """`from_tensor_slices(paths).map(tf.io.read_file)`: no reader stage, but files are read."""
+    def add(b, host, main, comp, t0, i):
+        _in_memory_source(b, host, main, comp, t0, i)
+        line = host.line("tf_data_private_threadpool/71", line_id=71)
+        for k in range(10):
+            line.event("ReadFile:ReadFile", t0 + k * 5 * MS, MS // 10)
+    _, run = host_trace(tmp_path, wait_ms=60, readers=0, parse_ops=0,
+                        pipeline="Iterator::Root::Prefetch::BatchV2", per_step=add)
+    assert "io_stall" in by_id(analyze(run))
+
+
 def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5)
     f = by_id(analyze(run))
@@ -231,6 +243,40 @@ def test_eager_loop_is_found_with_a_kernel_time_bound(tmp_path):
     assert [e["name"] for e in f.top_events][:2] == ["MatMul", "Relu"]
 
 
+def test_eager_ops_on_another_thread_named_like_the_step_thread(tmp_path):
+    """Python threads are all named `python`: a background thread's eager ops are not the
+    step's, and neither line order nor interleaved times may pair one thread's kernels with the
+    other's executions."""
+    for order in ("main_first", "bg_first"):
+        b = XSpaceBuilder()
+        host = b.plane("/host:CPU")
+        lines = {"main": 1, "bg": 2} if order == "main_first" else {"bg": 2, "main": 1}
+        made = {k: host.line("python", line_id=v) for k, v in lines.items()}
+        main, bg = made["main"], made["bg"]
+        for i in range(10):
+            t0 = i * 10 * MS
+            main.event("train", t0, 10 * MS - 1000, step_num=i, _r=1)
+            main.event("EagerLocalExecute: __inference_train_step_5", t0 + MS // 2, 3 * MS)
+            main.event("EagerKernelExecute", t0 + MS // 2 + 10_000, 3 * MS - 20_000)
+            for k in range(30):
+                q = t0 + 100_000 + k * 300_000
+                bg.event("EagerLocalExecute: Mul", q, 200_000)
+                bg.event("EagerKernelExecute", q + 50_000, 50_000)
+        report = analyze(b.write(tmp_path / order))
+        assert report.ctx.steps.thread == ("/host:CPU", 1)
+        assert "eager_execution" not in by_id(report), order
+
+
+def test_eager_saving_leaves_conversions_to_their_own_finding(tmp_path):
+    def add(b, host, main, comp, t0, i):
+        _eager_ops(40, 2.0, 0.5)(b, host, main, comp, t0, i)
+        main.event("convert_to_tensor", t0 + 90 * MS, 5 * MS)
+    _, run = host_trace(tmp_path, compute_ms=1, per_step=add)
+    f = by_id(analyze(run))["eager_execution"]
+    # As the eager loop test, less the 5% of conversions: 1 / (0.20 + 0.01 + 0.05).
+    assert f.speedup == pytest.approx(1 / 0.26, rel=0.05)
+
+
 def test_compiled_step_with_a_few_eager_ops_is_not_eager(tmp_path):
     # Same 40 eager ops, but the step's time is mostly one tf.function call.
     _, run = host_trace(tmp_path, step_ms=400, compute_ms=300,
@@ -293,9 +339,22 @@ def test_retracing_every_step_is_found(tmp_path):
     assert "input_signature" in f.remedy
 
 
-def test_tracing_once_in_warm_up_is_not_retracing(tmp_path):
-    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5, per_step=_calls({0}))
+@pytest.mark.parametrize("traced", [{0}, {0, 7}])
+def test_tracing_in_warm_up_is_not_retracing(tmp_path, traced):
+    """The first call, and a last partial batch or a validation function, trace once each."""
+    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5, per_step=_calls(traced))
     assert "function_retracing" not in by_id(analyze(run))
+
+
+def test_retracing_without_kernel_events_claims_no_instantiation(tmp_path):
+    """A trace without EagerKernelExecute cannot split a call into instantiation and run."""
+    def add(b, host, main, comp, t0, i):
+        main.event("tf.function-graph_building", t0 + 2 * MS, 40 * MS)
+        main.event(f"EagerLocalExecute: __inference_train_step_{100 + i}", t0 + 43 * MS, 50 * MS)
+    _, run = host_trace(tmp_path, steps=8, compute_ms=0.5, per_step=add)
+    f = by_id(analyze(run))["function_retracing"]
+    assert f.numbers["instantiate_fraction"] == 0
+    assert f.speedup == pytest.approx(1 / (1 - 0.40), rel=0.05)
 
 
 def test_conversions_while_tracing_are_not_convert_gaps(tmp_path):
