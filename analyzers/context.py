@@ -61,19 +61,22 @@ class Context:
     def n_steps(self) -> int:
         return len(self.steps.table)
 
-    def in_steps(self, kinds: Iterable[str] | None = None, *, line: str | None = None,
+    def in_steps(self, kinds: Iterable[str] | None = None, *,
+                 line: str | Callable[[str], object] | None = None,
                  name: Callable[[str], object] | None = None,
                  plane: Callable[[str], object] | None = None,
                  columns: Iterable[str] = IN_STEP_COLUMNS) -> pd.DataFrame:
-        """The events of `kinds`, on `line`, whose name and plane pass `name` and `plane` (each
-        filter only when given), clipped to the step windows: one row per part of an event inside
-        a step (an event spanning two steps appears twice, each part with its clipped times), in
-        event order. Only the asked `columns` (of IN_STEP_COLUMNS) are built: detectors ask for a
-        few kinds and columns, so no clipped copy of the whole table is ever made."""
+        """The events of `kinds`, on `line` (a name, or a test of the name), whose name and
+        plane pass `name` and `plane` (each filter only when given), clipped to the step
+        windows: one row per part of an event inside a step (an event spanning two steps appears
+        twice, each part with its clipped times), in event order. Only the asked `columns` (of
+        IN_STEP_COLUMNS) are built: detectors ask for a few kinds and columns, so no clipped copy
+        of the whole table is ever made."""
         ev = self.events
         columns = list(columns)
         tests = {"kind": None if kinds is None else set(kinds).__contains__,
-                 "line": None if line is None else line.__eq__, "name": name, "plane": plane}
+                 "line": line.__eq__ if isinstance(line, str) else line, "name": name,
+                 "plane": plane}
         mask = None
         for col, keep in tests.items():
             if keep is not None:

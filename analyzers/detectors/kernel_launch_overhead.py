@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.events import cat_mask, line_class
+from analyzers.events import line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.steps import CATEGORIES, covered_ns
+from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
 
 ID = "kernel_launch_overhead"
 MIN_OPS_PER_STEP = 150
@@ -39,7 +39,7 @@ def detect(ctx: Context) -> Finding | None:
     else:
         kind = "host_op"
         limit_us = MAX_HOST_OP_US
-        overhead = _executor_overhead(ctx)
+        overhead = None  # measured below, once the ops look small enough to matter
         what = "TF ops"
     ops = ctx.in_steps(kinds=(kind,), columns=("name", "dur_ns"))
     per_step = len(ops) / max(ctx.n_steps, 1)
@@ -48,6 +48,8 @@ def detect(ctx: Context) -> Finding | None:
     median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3 if len(ops) else 0.0
     if median_us > limit_us:
         return None
+    if overhead is None:
+        overhead = _executor_overhead(ctx)
     saved = overhead * RECOVERABLE
     changes = {}
     if ctx.config:
@@ -73,11 +75,17 @@ def _executor_overhead(ctx: Context) -> float:
     """Share of step time when an executor thread is in framework code and nothing the step
     breakdown ranks above framework (ops, collectives, copies, waits, conversions) runs
     anywhere. tf.data threads (input work) and the step-driving thread (dispatch) are left out."""
-    fw = ctx.in_steps(kinds=("framework", "launch"), columns=("line", "start_ns", "end_ns"))
-    keep = cat_mask(fw["line"], lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
-    ops = ctx.in_steps(kinds=_ABOVE_FRAMEWORK, columns=("start_ns", "end_ns"))
-    os_, oe = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    both = covered_ns(np.concatenate([fw["start_ns"].to_numpy()[keep], os_]),
-                      np.concatenate([fw["end_ns"].to_numpy()[keep], oe]))
+    # Each side merged on its own first: the merged spans are few, the raw events millions.
+    fs, fe = _merged(ctx, ("framework", "launch"),
+                     lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
+    spans = [_merged(ctx, (k,)) for k in _ABOVE_FRAMEWORK]
+    os_ = np.concatenate([a for a, _ in spans])
+    oe = np.concatenate([b for _, b in spans])
+    both = covered_ns(np.concatenate([fs, os_]), np.concatenate([fe, oe]))
     total = float(ctx.steps.table["dur_ns"].sum())
     return (both - covered_ns(os_, oe)) / total if total > 0 else 0.0
+
+
+def _merged(ctx: Context, kinds: tuple[str, ...], line=None) -> tuple[np.ndarray, np.ndarray]:
+    df = ctx.in_steps(kinds=kinds, line=line, columns=("start_ns", "end_ns"))
+    return merge_intervals(df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
