@@ -75,12 +75,10 @@ def _executor_overhead(ctx: Context) -> float:
     """Share of step time when an executor thread is in framework code and nothing the step
     breakdown ranks above framework (ops, collectives, copies, waits, conversions) runs
     anywhere. tf.data threads (input work) and the step-driving thread (dispatch) are left out."""
-    # Each side merged on its own first: the merged spans are few, the raw events millions.
+    # Each side merged on its own first: the merged spans are few, the raw events many.
     fs, fe = _merged(ctx, ("framework", "launch"),
                      lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
-    spans = [_merged(ctx, (k,)) for k in _ABOVE_FRAMEWORK]
-    os_ = np.concatenate([a for a, _ in spans])
-    oe = np.concatenate([b for _, b in spans])
+    os_, oe = _merged(ctx, _ABOVE_FRAMEWORK)
     both = covered_ns(np.concatenate([fs, os_]), np.concatenate([fe, oe]))
     total = float(ctx.steps.table["dur_ns"].sum())
     return (both - covered_ns(os_, oe)) / total if total > 0 else 0.0
