@@ -4,7 +4,9 @@ Signals (TF 2.x eager): `convert_to_tensor` and `tf.constant` trace events, eage
 `_EagerConst` and `DeepCopy` executions on the step-driving thread, outside the compiled step.
 Each is a small synchronous op the step waits for (seed 000's casting layer). Conversions inside
 `tf.function-graph_building` are graph construction while tracing (`function_retracing`'s
-business), not per-step tensor creation: they are left out.
+business), not per-step tensor creation: they are left out. In a step that runs eagerly the
+conversions are part of `eager_execution`'s saving (tf.function removes them with the rest), so
+this detector stands down there.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.eager_dispatch import eager_dispatch
 from analyzers.steps import merge_intervals
 
 ID = "convert_to_tensor_gaps"
@@ -21,6 +24,8 @@ MIN_PER_STEP = 4
 
 
 def detect(ctx: Context) -> Finding | None:
+    if eager_dispatch(ctx).is_eager:
+        return None
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
                         columns=("name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
