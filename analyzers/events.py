@@ -181,6 +181,15 @@ def cat_codes_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
     return table[col.array.codes]
 
 
+def on_thread(df: pd.DataFrame, thread: tuple[str, object] | None) -> pd.DataFrame:
+    """The rows of `df` (with `plane` and `line_id` columns) on `thread` = (plane, line id), such
+    as Steps.thread; all rows when it is unknown. Several threads can share a line name."""
+    if thread is None or df.empty:
+        return df
+    keep = ((df["plane"] == thread[0]) & (df["line_id"] == thread[1])).to_numpy()
+    return df if keep.all() else df[keep].reset_index(drop=True)
+
+
 def present_values(col: pd.Series) -> list[str]:
     cats = col.cat.categories
     seen = np.zeros(len(cats) + 1, dtype=bool)

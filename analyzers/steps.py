@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_map, cat_mask, is_device_plane, present_stat
+from analyzers.events import cat_map, cat_mask, is_device_plane, on_thread, present_stat
 
 # Breakdown categories, highest priority first, with the event kinds feeding each.
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -120,15 +120,14 @@ def find_step_windows(events: pd.DataFrame
             return _chain(w), f"function:{best}", _main_thread(c)
     fetches = events[host & cat_mask(events["name"], _EAGER_FETCH.match)]
     if len(fetches) >= 3:
-        line, (plane, line_id) = _main_thread(fetches)
-        f = fetches[((fetches["plane"] == plane) & (fetches["line_id"] == line_id)).to_numpy()
-                    ].sort_values("start_ns")
+        line, thread = _main_thread(fetches)
+        f = on_thread(fetches, thread).sort_values("start_ns")
         starts = f["start_ns"].to_numpy(np.int64)
         if len(starts) >= 3:
             # The last fetch opens a step the trace does not finish: n fetches, n - 1 steps.
             w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
                               "end_ns": starts[1:]})
-            return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, (plane, line_id))
+            return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, thread)
     return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
             (None, None))
 
@@ -185,6 +184,13 @@ def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     first = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
     last = np.concatenate((first[1:] - 1, [len(s) - 1]))
     return s[first], reach[last]
+
+
+def inside(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per point, whether some interval [s, e) holds it."""
+    ms, me = merge_intervals(np.asarray(s), np.asarray(e))
+    i = np.searchsorted(ms, points, side="right") - 1
+    return (i >= 0) & (points < me[np.maximum(i, 0)]) if len(ms) else np.zeros(len(points), bool)
 
 
 def covered_ns(s: np.ndarray, e: np.ndarray) -> int:

@@ -11,13 +11,11 @@ this detector stands down there.
 
 from __future__ import annotations
 
-import numpy as np
-
 from analyzers.context import Context
-from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.eager_dispatch import eager_dispatch
-from analyzers.steps import merge_intervals
+from analyzers.signals.executions import graph_builds
+from analyzers.steps import inside
 
 ID = "convert_to_tensor_gaps"
 MIN_PER_STEP = 4
@@ -29,12 +27,10 @@ def detect(ctx: Context) -> Finding | None:
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
                         columns=("name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
-    builds = ctx.in_steps(name=GRAPH_BUILDING.__eq__, columns=("start_ns", "end_ns"))
+    builds = graph_builds(ctx)
     if len(builds) and len(conv):
-        bs, be = merge_intervals(builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
-        at = conv["start_ns"].to_numpy()
-        i = np.searchsorted(bs, at, side="right") - 1
-        tracing = (i >= 0) & (at < be[np.maximum(i, 0)])
+        tracing = inside(conv["start_ns"].to_numpy(), builds["start_ns"].to_numpy(),
+                         builds["end_ns"].to_numpy())
         all_ns = float(conv["dur_ns"].sum())
         conv = conv[~tracing]
         # The breakdown's exposed convert time, less the tracing part.

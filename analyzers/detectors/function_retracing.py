@@ -16,28 +16,24 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING as BUILD
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.signals.nesting import enclosing, on_thread, thread_keys
+from analyzers.signals.executions import PREFIX, executions, graph_builds
 from analyzers.steps import covered_ns
 
 ID = "function_retracing"
-EXEC = "EagerLocalExecute: __inference_"
-KERNEL = "EagerKernelExecute"
 # Tracing in at least this share of the profiled steps, and in MIN_TRACED_STEPS of them, is
 # retracing.
 MIN_TRACED_STEP_SHARE = 0.25
 MIN_TRACED_STEPS = 3
-_FUNCTION_ID = re.compile(r"^EagerLocalExecute: __inference_(.+)_\d+$")
+_FUNCTION_ID = re.compile(r"^__inference_(.+)_\d+$")
 
 
 def detect(ctx: Context) -> Finding | None:
     if ctx.n_steps == 0:
         return None
-    builds = ctx.in_steps(name=BUILD.__eq__, columns=("step_idx", "start_ns", "end_ns"))
+    builds = graph_builds(ctx)
     traced_steps = int(builds["step_idx"].nunique())
     # A first call or a validation function traced at an epoch's end is warm-up, not retracing.
     if traced_steps < max(MIN_TRACED_STEPS, MIN_TRACED_STEP_SHARE * ctx.n_steps):
@@ -45,28 +41,16 @@ def detect(ctx: Context) -> Finding | None:
     build_ns = covered_ns(builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
     # Instantiation: a function execution's span beyond the kernel execution inside it. An
     # execution without one (a trace that does not write it) cannot be split and counts nothing.
-    ev = ctx.in_steps(line=ctx.main_line or None,
-                      name=lambda n: n.startswith(EXEC) or n == KERNEL,
-                      columns=("plane", "line_id", "name", "start_ns", "end_ns", "dur_ns"))
-    ev = on_thread(ev, ctx.steps.thread)
-    names = ev["name"].astype(str)
-    is_exec = names.str.startswith(EXEC).to_numpy()
-    thread = thread_keys(ev)
-    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-    exec_dur = ev["dur_ns"].to_numpy()[is_exec]
-    owner = enclosing(starts[is_exec], ends[is_exec], thread[is_exec],
-                      starts[~is_exec], thread[~is_exec])
-    inside = owner >= 0
-    run_ns = np.zeros(len(exec_dur))
-    np.add.at(run_ns, owner[inside], ev["dur_ns"].to_numpy()[~is_exec][inside])
-    has_run = np.zeros(len(exec_dur), bool)
-    has_run[owner[inside]] = True
-    instantiate_ns = float(np.clip(exec_dur - run_ns, 0, None)[has_run].sum())
+    ex = executions(ctx)
+    fn = ex[ex["op"].str.startswith("__inference_")]
+    has_run = fn["run_ns"] > 0
+    instantiate_ns = float((fn["dur_ns"] - fn["run_ns"]).clip(lower=0)[has_run].sum())
     total_ns = float(ctx.steps.table["dur_ns"].sum())
     saved = min((build_ns + instantiate_ns) / total_ns, 1.0) if total_ns > 0 else 0.0
-    functions = names[is_exec].str.extract(_FUNCTION_ID)[0].dropna()
-    variants = functions.value_counts()  # base name -> executions in steps
-    distinct = names[is_exec].groupby(functions).nunique() if len(functions) else variants
+    # Base name -> its executions in the steps and how many concrete functions ran under it.
+    base = fn["op"].str.extract(_FUNCTION_ID)[0]
+    variants = base.value_counts()
+    distinct = fn["op"].groupby(base).nunique()
     n = ctx.n_steps
     step_ms = ctx.steps.median_step_ns() / 1e6
     worst = str(distinct.idxmax()) if len(distinct) else "?"
@@ -93,5 +77,5 @@ def detect(ctx: Context) -> Finding | None:
                  "build_fraction": round(build_ns / total_ns, 4),
                  "instantiate_fraction": round(instantiate_ns / total_ns, 4),
                  "concrete_functions": {str(k): int(v) for k, v in distinct.items()}},
-        top_events=heaviest_events(ev[is_exec]),
+        top_events=heaviest_events(fn.assign(name=PREFIX + fn["op"])),
     )

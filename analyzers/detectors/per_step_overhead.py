@@ -19,15 +19,12 @@ import re
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.events import GRAPH_BUILDING
+from analyzers.events import on_thread
 from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.nesting import enclosing, on_thread, thread_keys
+from analyzers.signals.executions import executions, graph_builds
 from analyzers.steps import covered_ns
 
 ID = "per_step_overhead"
-EXEC = "EagerLocalExecute: "
-FUNCTION = "EagerLocalExecute: __inference_"
-KERNEL = "EagerKernelExecute"
 MIN_OVERHEAD = 0.10
 # One per batch the step reads (consumer side of the iterator, in or outside the function).
 _FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute)$")
@@ -36,55 +33,44 @@ STEPS_PER_CALL = 4
 _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 
 
+def batches_per_call(ctx: Context) -> int:
+    """Batches each train-function call reads (Keras steps_per_execution reads several)."""
+    fetches = ctx.in_steps(name=_FETCH.match, columns=("dur_ns",))
+    return max(1, round(len(fetches) / max(ctx.n_steps, 1)))
+
+
 def detect(ctx: Context) -> Finding | None:
     if ctx.main_line is None or ctx.n_steps == 0:
         return None
-    ev = on_thread(ctx.in_steps(line=ctx.main_line,
-                                name=lambda n: n.startswith(EXEC) or n == KERNEL,
-                                columns=("plane", "line_id", "name", "start_ns", "end_ns")),
-                   ctx.steps.thread)
-    names = ev["name"].astype(str)
-    is_exec = names.str.startswith(EXEC).to_numpy()
-    is_fn = names.str.startswith(FUNCTION).to_numpy()
-    if not is_fn.any():
+    ex = executions(ctx)
+    fn = ex[ex["function"]]
+    if fn.empty:
         return None  # no compiled step: an eager loop is `eager_execution`
-    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-    # Runs: kernel executions inside function executions (a function's first call also
-    # instantiates it; that part is `function_retracing`'s, and stays out of the runs).
-    fs, fe = starts[is_fn], ends[is_fn]
-    ks, ke = starts[~is_exec], ends[~is_exec]
-    thread = thread_keys(ev)
-    owner = enclosing(fs, fe, thread[is_fn], ks, thread[~is_exec])
-    run = owner >= 0
-    # A function execution without a kernel execution inside (traces that do not write it)
-    # counts whole as its run: without the split, none of it is called overhead.
-    bare = np.ones(len(fs), bool)
-    bare[owner[run]] = False
-    ks, ke, run = (np.concatenate([ks, fs[bare]]), np.concatenate([ke, fe[bare]]),
-                   np.concatenate([run, np.ones(int(bare.sum()), bool)]))
+    # Runs: the kernel execution inside each call (a function's first call also instantiates
+    # it; that part is `function_retracing`'s, and stays out of the runs). A call without one
+    # (traces that do not write it) counts whole as its run: nothing of it is called overhead.
+    rs, re_ = fn["run_start_ns"].to_numpy(), fn["run_end_ns"].to_numpy()
     other = on_thread(ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line,
                                    columns=("plane", "line_id", "start_ns", "end_ns")),
                       ctx.steps.thread)
-    primitive = is_exec & ~is_fn
-    s = np.concatenate([ks[run], starts[primitive], other["start_ns"].to_numpy()])
-    e = np.concatenate([ke[run], ends[primitive], other["end_ns"].to_numpy()])
+    primitive = ex[~ex["function"]]
+    s = np.concatenate([rs, primitive["start_ns"].to_numpy(), other["start_ns"].to_numpy()])
+    e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy()])
     total_ns = float(ctx.steps.table["dur_ns"].sum())
     # Retracing (graph building, then instantiation inside the new function's first execution)
     # is `function_retracing`'s: with it present, whole function spans count as explained.
-    build = ctx.in_steps(name=GRAPH_BUILDING.__eq__, columns=("start_ns", "end_ns"))
+    build = graph_builds(ctx)
     if len(build):
-        s = np.concatenate([s, build["start_ns"].to_numpy(), fs])
-        e = np.concatenate([e, build["end_ns"].to_numpy(), fe])
+        s = np.concatenate([s, build["start_ns"].to_numpy(), fn["start_ns"].to_numpy()])
+        e = np.concatenate([e, build["end_ns"].to_numpy(), fn["end_ns"].to_numpy()])
     overhead = 1.0 - covered_ns(s, e) / total_ns if total_ns > 0 else 0.0
     if overhead < MIN_OVERHEAD:
         return None
     saved = overhead * (1 - 1 / STEPS_PER_CALL)
     if ctx.has_accelerator:
         saved = min(saved, 1.0 - ctx.fractions.get("device_compute", 0.0))
-    run_share = covered_ns(ks[run], ke[run]) / total_ns
-    # Batches fetched per call (Keras steps_per_execution reads several inside one call).
-    fetches = ctx.in_steps(name=_FETCH.match, columns=("dur_ns",))
-    per_call = max(1, round(len(fetches) / ctx.n_steps))
+    run_share = covered_ns(rs, re_) / total_ns
+    per_call = batches_per_call(ctx)
     suggest = per_call * STEPS_PER_CALL
     step_ms = ctx.steps.median_step_ns() / 1e6
     return Finding(

@@ -24,9 +24,9 @@ _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|Parse
 # Ops that call back into Python: tf.numpy_function / from_generator (`PyFunc`,
 # `PyFuncStateless`) and tf.py_function (`EagerPyFunc`) (docs/trace-signals.md, "tf.data").
 _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+_FILE_OPS = frozenset({"ReadFile"})  # tf.io.read_file in a map
 # File-reading stages, by the dataset type TF names their iterators with (TFRecordDataset ->
 # `TFRecord`, CsvDataset -> `CSV`, Dataset.load -> `Load`, snapshot -> `Snapshot`).
-_FILE_OPS = frozenset({"ReadFile"})  # tf.io.read_file in a map
 _READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "CSV", "SSTable", "Parquet",
             "ArrayRecord", "Snapshot", "Load", "LMDB", "Sql")
 _BRACKETS = re.compile(r"\[\d+\]")

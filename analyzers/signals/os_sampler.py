@@ -18,6 +18,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import cat_mask, is_device_plane
+from analyzers.steps import inside
 
 INPUT_PREFIXES = ("tf_data",)
 
@@ -114,12 +115,7 @@ def _lines_busy_at(ctx: Context, t: np.ndarray) -> dict[str, np.ndarray]:
         if not len(s):
             continue
         e = np.concatenate([end[r][keep[r]] for r in slices])
-        if (s[1:] < s[:-1]).any():
-            by_start = np.argsort(s, kind="stable")
-            s, e = s[by_start], e[by_start]
-        reach = np.maximum.accumulate(e)
-        i = np.searchsorted(s, t, side="right") - 1
-        busy[str(names[code])] = (i >= 0) & (reach[np.maximum(i, 0)] > t)
+        busy[str(names[code])] = inside(t, s, e)
     return busy
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from analyzers.detectors.per_step_overhead import batches_per_call
 from analyzers.report import analyze
 
 pytest.importorskip("tensorflow")
@@ -90,6 +91,8 @@ def test_per_call_overhead_of_small_keras_steps(tmp_path):
     # Cached in-memory batches: whatever the iterator costs, it is not storage.
     eight = analyze(_foreign(tmp_path, "keras_spe8"))
     assert eight.ctx.n_steps == 12  # one step per call of 8 batches
+    # What the suggestion scales by, checked whether or not the finding clears its threshold.
+    assert batches_per_call(eight.ctx) == 8
     found = {f.id: f for f in eight.findings}
     assert "io_stall" not in found and "io_stall" not in one
     if "per_step_overhead" in found:

@@ -1,0 +1,68 @@
+"""The step-driving thread's op executions, each with the kernel execution inside it
+(docs/trace-signals.md, "Eager execution"): what the eager, retracing and per-call detectors all
+read. On that thread every op or tf.function run from Python is an `EagerLocalExecute: <op>` span;
+its `EagerKernelExecute` child is the run itself (for a function's first call, the rest of the
+span is instantiation). Read once per analysis and shared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers.context import Context
+from analyzers.events import GRAPH_BUILDING, on_thread
+
+PREFIX = "EagerLocalExecute: "
+KERNEL = "EagerKernelExecute"
+_FUNCTIONS = ("__inference_", "__forward_", "__backward_")
+
+
+def executions(ctx: Context) -> pd.DataFrame:
+    """One row per execution on the step thread, in start order: `op` (the name after the
+    prefix), `function` (a tf.function call), `kind`, `start_ns`, `end_ns`, `dur_ns`, and its
+    kernel execution: `run_ns` (0 when the trace has none inside), `run_start_ns`, `run_end_ns`
+    (the execution's own span when none)."""
+    return ctx.memo("executions", lambda: _executions(ctx))
+
+
+def graph_builds(ctx: Context) -> pd.DataFrame:
+    """`tf.function-graph_building` spans in the steps (any thread): step_idx, start_ns, end_ns."""
+    return ctx.memo("graph_builds", lambda: ctx.in_steps(
+        name=GRAPH_BUILDING.__eq__, columns=("step_idx", "start_ns", "end_ns")))
+
+
+def _executions(ctx: Context) -> pd.DataFrame:
+    if ctx.main_line is None or ctx.steps.thread is None:
+        ev = pd.DataFrame({c: [] for c in ("name", "kind", "start_ns", "end_ns", "dur_ns")})
+    else:
+        # Every Python thread's line is named `python`: keep to the step thread's (plane, id).
+        ev = on_thread(ctx.in_steps(line=ctx.main_line,
+                                    name=lambda n: n.startswith(PREFIX) or n == KERNEL,
+                                    columns=("plane", "line_id", "name", "kind", "start_ns",
+                                             "end_ns", "dur_ns")),
+                       ctx.steps.thread)
+    names = ev["name"].astype(str)
+    is_exec = names.str.startswith(PREFIX).to_numpy()
+    ex = ev[is_exec].sort_values("start_ns", kind="stable")
+    start, end = ex["start_ns"].to_numpy(np.int64), ex["end_ns"].to_numpy(np.int64)
+    k_start = ev["start_ns"].to_numpy(np.int64)[~is_exec]
+    k_end = ev["end_ns"].to_numpy(np.int64)[~is_exec]
+    # A kernel execution belongs to the latest execution started at or before it and still open
+    # (executions do not nest on one thread: a function's ops run on executor threads).
+    pos = np.searchsorted(start, k_start, side="right") - 1
+    inside = (pos >= 0) & (k_start < end[np.maximum(pos, 0)])
+    owner = pos[inside]
+    run_ns = np.bincount(owner, weights=(k_end - k_start)[inside], minlength=len(ex))
+    run_start, run_end = start.copy(), end.copy()
+    has_run = np.zeros(len(ex), bool)
+    has_run[owner] = True
+    run_start[has_run] = np.iinfo(np.int64).max
+    run_end[has_run] = np.iinfo(np.int64).min
+    np.minimum.at(run_start, owner, k_start[inside])
+    np.maximum.at(run_end, owner, k_end[inside])
+    op = names[is_exec].loc[ex.index].str.removeprefix(PREFIX)
+    return pd.DataFrame({
+        "op": op.to_numpy(), "function": op.str.startswith(_FUNCTIONS).to_numpy(bool),
+        "kind": ex["kind"].astype(str).to_numpy(), "start_ns": start, "end_ns": end,
+        "dur_ns": ex["dur_ns"].to_numpy(np.int64), "run_ns": run_ns.astype(np.int64),
+        "run_start_ns": run_start, "run_end_ns": run_end})
