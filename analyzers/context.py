@@ -26,6 +26,8 @@ _REPLICA = re.compile(r"(?:^|/)replica_(\d+)/|^GetNextFromShard(\d+)$")
 IN_STEP_COLUMNS = ("plane", "line", "line_id", "name", "op_type", "kind",
                    "step_idx", "start_ns", "end_ns", "dur_ns")
 _CLIPPED = ("step_idx", "start_ns", "end_ns", "dur_ns")
+# Context._placement codes for events not held whole by one step.
+OUTSIDE, CROSSES = -1, -2
 
 
 @dataclass
@@ -86,8 +88,7 @@ class Context:
             mask = np.ones(len(ev), dtype=bool)
         starts = ev["start_ns"].to_numpy(np.int64)
         ends = ev["end_ns"].to_numpy(np.int64)
-        w_start = self.steps.table["start_ns"].to_numpy(np.int64)
-        w_end = self.steps.table["end_ns"].to_numpy(np.int64)
+        place = self._placement
         # Categorical columns travel as their codes (views, no copy).
         taken = {c: _values(ev[c]) for c in columns if c not in _CLIPPED}
         # Filled block by block: one part per selected event unless some span several steps.
@@ -96,18 +97,61 @@ class Context:
         n = 0
         for block in chunks(len(ev)):
             rows = np.flatnonzero(mask[block]) + block.start
-            idx, step, s, e = clip_to_steps(starts[rows], ends[rows], w_start, w_end)
+            step = place[rows]
+            whole = step >= 0
+            if whole.all():
+                s, e = starts[rows], ends[rows]
+            else:
+                rows, step, s, e = self._clip_rows(rows, step, whole, starts, ends)
             part = {"step_idx": step, "start_ns": s, "end_ns": e, "dur_ns": e - s}
             for c in columns:
-                if n + len(idx) > len(out[c]):
-                    out[c] = _grown(out[c], n + len(idx))
-                out[c][n:n + len(idx)] = part[c] if c in part else taken[c][rows[idx]]
-            n += len(idx)
+                if n + len(rows) > len(out[c]):
+                    out[c] = _grown(out[c], n + len(rows))
+                out[c][n:n + len(rows)] = part[c] if c in part else taken[c][rows]
+            n += len(rows)
         df = {c: out[c][:n] for c in columns}
         for c in taken:
             if isinstance(ev[c].dtype, pd.CategoricalDtype):
                 df[c] = pd.Categorical.from_codes(df[c], dtype=ev[c].dtype, validate=False)
         return pd.DataFrame(df, columns=columns, copy=False)
+
+    @cached_property
+    def _placement(self) -> np.ndarray:
+        """Per event, the step that holds it whole; CROSSES when it must be clipped (it crosses a
+        step boundary or starts before the first step), OUTSIDE when no part of it is in a step.
+        Computed once, so in_steps gathers instead of searching and clipping every row."""
+        ev = self.events
+        w_start = self.steps.table["start_ns"].to_numpy(np.int64)
+        w_end = self.steps.table["end_ns"].to_numpy(np.int64)
+        place = np.full(len(ev), OUTSIDE, dtype=np.min_scalar_type(-max(len(w_start), 2)))
+        if not len(w_start):
+            return place
+        starts = ev["start_ns"].to_numpy(np.int64)
+        ends = ev["end_ns"].to_numpy(np.int64)
+        for block in chunks(len(ev)):
+            s, e = starts[block], ends[block]
+            k = np.searchsorted(w_start, s, side="right") - 1
+            kk = np.maximum(k, 0)
+            whole = (k >= 0) & (e <= w_end[kk])  # steps never overlap (steps._chain)
+            # clip_to_steps keeps a part only if it has a duration; whole events keep theirs.
+            none = (whole & (e <= s)) | (e <= w_start[0]) | (s >= w_end[-1])
+            place[block] = np.where(whole & (e > s), k, np.where(none, OUTSIDE, CROSSES))
+        return place
+
+    def _clip_rows(self, rows: np.ndarray, step: np.ndarray, whole: np.ndarray,
+                   starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """in_steps' rows with their step and clipped times, the events that are not whole in a
+        step clipped part by part, all in event order (an event's parts in step order)."""
+        crossing = rows[step == CROSSES]
+        idx, c_step, c_s, c_e = clip_to_steps(
+            starts[crossing], ends[crossing], self.steps.table["start_ns"].to_numpy(np.int64),
+            self.steps.table["end_ns"].to_numpy(np.int64))
+        kept = rows[whole]
+        src = np.concatenate((kept, crossing[idx]))
+        order = np.argsort(src, kind="stable")
+        parts = (src, np.concatenate((step[whole], c_step)),
+                 np.concatenate((starts[kept], c_s)), np.concatenate((ends[kept], c_e)))
+        return tuple(a[order] for a in parts)
 
     @cached_property
     def device_planes(self) -> list[str]:

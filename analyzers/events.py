@@ -152,13 +152,27 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
     return "other"
 
 
+# cat_mask compares codes one by one up to this many kept values, and gathers beyond.
+_FEW_CODES = 8
+
+
 def cat_mask(col: pd.Series, pred: Callable[[str], object]) -> np.ndarray:
     """`pred` evaluated once per distinct value of a categorical column, spread over the rows:
     string tests on a million events cost as much as on their few hundred distinct names."""
     cats = col.cat.categories
     flags = np.fromiter((bool(pred(str(c))) for c in cats), dtype=bool, count=len(cats))
-    # `array.codes` is the stored array (`cat.codes` copies it); the extra slot reads code -1.
-    return np.append(flags, False)[col.array.codes]
+    # `array.codes` is the stored array (`cat.codes` copies it).
+    codes = col.array.codes
+    kept = np.flatnonzero(flags)
+    if len(kept) <= _FEW_CODES:
+        # A few kept values (a kind, a thread name): comparing the 1-2 byte codes is ~40x faster
+        # than the gather below, which first widens every code to an index (0.3 vs 14 ms on
+        # 6.8M rows).
+        mask = np.zeros(len(codes), dtype=bool)
+        for code in kept.tolist():
+            mask |= codes == code
+        return mask
+    return np.append(flags, False)[codes]  # the extra slot reads code -1 (missing)
 
 
 def cat_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from analyzers.steps import chunks
 
 SEVERITIES = ("high", "medium", "low")
 # Estimated speedup thresholds (x) for each severity.
@@ -68,6 +71,23 @@ def heaviest_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
     """The events behind a finding: the n names with the most total time."""
     if df.empty:
         return []
+    if isinstance(df["name"].dtype, pd.CategoricalDtype):
+        # Sums by code, a block of rows at a time: a groupby over millions of input-work rows
+        # cost ~0.1 s, and whole-column temporaries ~100 MB.
+        codes = df["name"].array.codes
+        dur = df["dur_ns"].to_numpy()
+        k = len(df["name"].cat.categories) + 1  # the last slot gathers code -1 (no name)
+        count = np.zeros(k, dtype=np.int64)
+        total = np.zeros(k)  # float sums of whole ns: exact below 2**53 ns (104 days)
+        for block in chunks(len(codes)):
+            c = codes[block].astype(np.intp) % k
+            count += np.bincount(c, minlength=k)
+            total += np.bincount(c, weights=dur[block], minlength=k)
+        count[-1] = 0
+        total[-1] = 0
+        top = [i for i in np.lexsort((count == 0, -total))[:n].tolist() if count[i]]
+        return [{"name": str(df["name"].cat.categories[i]), "total_ms": round(total[i] / 1e6, 3),
+                 "count": int(count[i])} for i in top]
     g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(
         "sum", ascending=False).head(n)
     return [{"name": str(k), "total_ms": round(v["sum"] / 1e6, 3), "count": int(v["count"])}

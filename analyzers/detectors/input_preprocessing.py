@@ -12,7 +12,7 @@ numpy_function, from_generator), low parallelism, no prefetch.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     analyze_input_pipeline,
     input_cpu_bound,
@@ -124,8 +124,7 @@ def detect(ctx: Context) -> Finding | None:
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2),
                  "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6]},
-        top_events=heaviest_events(ctx.in_steps(kinds=("input_work",),
-                                                columns=("name", "dur_ns"))),
+        top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )

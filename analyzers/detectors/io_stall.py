@@ -9,7 +9,7 @@ docs/trace-signals.md, "Input pipeline".
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     analyze_input_pipeline,
     input_cpu_bound,
@@ -74,8 +74,7 @@ def detect(ctx: Context) -> Finding | None:
                  "speedup_if_wait_removed": round(speedup_from_saving(wait), 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2)},
-        top_events=heaviest_events(ctx.in_steps(kinds=("input_work",),
-                                                columns=("name", "dur_ns"))),
+        top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )

@@ -17,6 +17,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import cat_codes_map, cat_mask, present_values
+from analyzers.findings import heaviest_events
 from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
@@ -53,6 +54,7 @@ class InputPipeline:
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
     reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
+    top_events: list[dict]  # the heaviest input work by name (findings.heaviest_events)
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
@@ -135,6 +137,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
+        top_events=heaviest_events(work),
     )
 
 
