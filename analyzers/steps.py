@@ -42,7 +42,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
-_COUNTER = re.compile(r"#\d+$")
+_COUNTER = re.compile(r"[#\s]\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
 

@@ -1,9 +1,11 @@
 """Chrome trace-event JSON (`*.trace.json.gz`, `*.json`) → event table rows.
 
 Writers seen: TF/xprof's trace export (one pid per xplane plane, named by a `process_name` metadata
-event such as `/device:GPU:0`; one tid per line) and the PyTorch profiler (host pid with `cpu_op`,
-`cuda_runtime`, `user_annotation` events; GPU events in `kernel`, `gpu_memcpy`, `gpu_memset`
-categories with `args.device`; `ProfilerStep#N` annotations mark steps). Times are microseconds.
+event such as `/device:GPU:0`; one tid per line; display names, with the xplane name in
+`args.long_name`: docs/trace-signals.md, "Chrome trace JSON") and the PyTorch profiler (host pid
+with `cpu_op`, `cuda_runtime`, `user_annotation` events; GPU events in `kernel`, `gpu_memcpy`,
+`gpu_memset` categories with `args.device`; `ProfilerStep#N` annotations mark steps). Times are
+microseconds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pandas as pd
 from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+# xprof's view JSON prefixes the host: `vm /host:CPU`, `vm /device:GPU:0`.
+_PLANE = re.compile(r"(?:^|\s)(/(?:host|device):\S+)$")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -40,11 +44,18 @@ def is_trace_json(doc: object) -> bool:
     )
 
 
-def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
-    """Return (events, t0 in unix ns or 0 when the trace's clock is not the wall clock)."""
+def read_chrome_trace(path: Path, host: str,
+                      warnings: list[str] | None = None) -> tuple[pd.DataFrame, int]:
+    """Return (events, t0 in unix ns or 0 when the trace's clock is not the wall clock); what
+    the file cannot tell is appended to `warnings`."""
     doc = load_json(path)
     if not is_trace_json(doc):
         raise ValueError(f"{path}: JSON without a traceEvents list: not a Chrome trace")
+    if isinstance(doc, dict) and "returnedEventsSize" in doc and warnings is not None:
+        # TensorBoard's trace viewer fetches this view and asks for each event's details by uid.
+        warnings.append(f"{Path(path).name}: xprof's trace-viewer view JSON carries display names "
+                        "only (no op scopes, input-pipeline stage paths or step numbers) and may "
+                        "leave small events out; analyze the .xplane.pb it was made from")
     raw = doc["traceEvents"] if isinstance(doc, dict) else doc
     frame = pd.DataFrame.from_records(
         [e for e in raw if isinstance(e, dict)],
@@ -68,6 +79,8 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
     planes = []
     for pid, cat, a in zip(ev["pid"], cats, args, strict=True):
         pname = proc_names.get(pid, str(pid))
+        if m := _PLANE.search(pname):
+            pname = m.group(1)
         if cat in _GPU_CATS:
             dev = a.get("device", pid)
             planes.append(pname if pname.startswith("/device:") else f"/device:GPU:{dev}")
@@ -78,6 +91,12 @@ def read_chrome_trace(path: Path, host: str) -> tuple[pd.DataFrame, int]:
     lines = [thread_names.get((p, t), _tid_text(t)) for p, t in zip(ev["pid"], ev["tid"],
                                                                      strict=True)]
     names = ev["name"].fillna("").astype(str)
+    # xprof's trace-viewer export names an event by its metadata's short display name
+    # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`
+    # (`scope/op:ReadVariableOp`, `Iterator::Root::Prefetch::BatchV2`): the detectors key on the
+    # latter (docs/trace-signals.md, "Chrome trace JSON").
+    long_names = args.map(lambda a: a.get("long_name"))
+    names = names.where(long_names.isna(), long_names.astype(object)).astype(str)
     uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
     stats: dict[str, np.ndarray] = {}
     aliases = {alias: col for col, al in STAT_COLUMNS.items() for alias in al}

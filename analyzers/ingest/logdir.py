@@ -122,6 +122,7 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     run_dir = target.parent if target.is_file() else target
     parts: list[tuple[pd.DataFrame, int]] = []
     hosts = []
+    warnings: list[str] = []
     for f in files:
         host = _host_of(f)
         hosts.append(host)
@@ -129,7 +130,7 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             x = read_xplane(f, host)
             parts.append((x.events, x.t0_unix_ns))
         else:
-            parts.append(read_chrome_trace(f, host))
+            parts.append(read_chrome_trace(f, host, warnings))
     t0 = min((t for _, t in parts if t), default=0)
     frames = []
     for events, t_host in parts:
@@ -140,7 +141,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     events = _concat(frames)
     events.attrs["t0_unix_ns"] = t0
     data = RunData(name=run_dir.name if not target.is_file() else target.name, run_dir=run_dir,
-                   events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files)
+                   events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files,
+                   warnings=warnings)
     _attach_side_files(data, run_dir)
     return data
 

@@ -614,6 +614,72 @@ def test_read_pytorch_chrome_trace_and_gzip(tmp_path):
     assert steps.source == "markers:ProfilerStep#N" and len(steps.table) == 1
 
 
+# What xprof's `trace_viewer` conversion of a TF 2.21 xplane writes (seen 2026-11-23): display
+# names with the xplane name in args.long_name, step markers named "<name> <step_num>", zero-length
+# events as instants, string-valued args, times relative to the first event.
+XPROF_TRACE = {
+    "displayTimeUnit": "ns", "metadata": {"highres-ticks": True},
+    "traceEvents": [
+        {"args": {"name": "/host:CPU"}, "name": "process_name", "ph": "M", "pid": 701},
+        {"args": {"name": "python"}, "name": "thread_name", "ph": "M", "pid": 701, "tid": 66},
+        {"args": {"name": "tf_Compute/-148"}, "name": "thread_name", "ph": "M", "pid": 701,
+         "tid": 33},
+        {"args": {"name": "tf_data_iterator_resource/70"}, "name": "thread_name", "ph": "M",
+         "pid": 701, "tid": 44},
+        *({"args": {"group_id": str(i), "step_name": f"train {i}", "step_num": str(i)},
+           "dur": 700.0, "name": f"train {i}", "ph": "X", "pid": 701, "tid": 66,
+           "ts": 34.041 + 750 * i} for i in range(3)),
+        {"args": {"group_id": "0", "is_eager": "0",
+                  "long_name": "StatefulPartitionedCall/adam/Sub_6/ReadVariableOp:ReadVariableOp"},
+         "dur": 4.647, "name": "ReadVariableOp", "ph": "X", "pid": 701, "tid": 33, "ts": 100.0},
+        {"args": {"long_name": "Iterator::Root::Prefetch::BatchV2"}, "dur": 50.0,
+         "name": "Iterator::BatchV2", "ph": "X", "pid": 701, "tid": 44, "ts": 200.0},
+        {"args": {"flow": "4487", "group_id": "0"}, "name": "ThreadpoolListener::Record",
+         "ph": "i", "pid": 701, "s": "t", "tid": 33, "ts": 300.0},
+    ],
+}
+
+
+def test_xprof_trace_viewer_export_reads_the_xplane_names(tmp_path):
+    events, t0 = read_chrome_trace(_write(tmp_path, XPROF_TRACE), "vm")
+    df = events.set_index("name")
+    op = df.loc["StatefulPartitionedCall/adam/Sub_6/ReadVariableOp:ReadVariableOp"]
+    assert (op["op_type"], op["line"], op["dur_ns"]) == ("ReadVariableOp", "tf_Compute/-148", 4647)
+    assert df.loc["Iterator::Root::Prefetch::BatchV2", "kind"] == "input_work"
+    assert "ReadVariableOp" not in df.index and "Iterator::BatchV2" not in df.index
+    # One step per marker although each marker has its own name.
+    steps = step_breakdown(events)
+    assert steps.source == "markers:train#N" and len(steps.table) == 3
+    assert t0 == 0
+
+
+def test_xprof_view_json_is_read_with_a_warning(tmp_path):
+    # The trace viewer's own (streaming) JSON: host-prefixed process names, events with a uid only.
+    view = {"displayTimeUnit": "ns", "returnedEventsSize": 2, "filteredByVisibility": True,
+            "traceEvents": [
+                {"args": {"name": "vm /device:GPU:0"}, "name": "process_name", "ph": "M",
+                 "pid": 1},
+                {"args": {"name": "vm /host:CPU"}, "name": "process_name", "ph": "M", "pid": 2},
+                {"pid": 1, "tid": 5, "name": "volta_sgemm", "ts": 1.0, "dur": 3.0, "ph": "X",
+                 "args": {"uid": 0}},
+                {"pid": 2, "tid": 6, "name": "Iterator::BatchV2", "ts": 1.0, "dur": 3.0,
+                 "ph": "X", "args": {"uid": 1}}]}
+    warnings: list[str] = []
+    df = read_chrome_trace(_write(tmp_path, view), "vm", warnings)[0].set_index("name")
+    assert df.loc["volta_sgemm", "plane"] == "/device:GPU:0"
+    assert df.loc["Iterator::BatchV2", "plane"] == "/host:CPU"
+    assert len(warnings) == 1 and "display names only" in warnings[0]
+    # The full export says nothing.
+    read_chrome_trace(_write(tmp_path, XPROF_TRACE), "vm", warnings)
+    assert len(warnings) == 1
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "vm.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
 def test_pytorch_memcpy_bytes(tmp_path):
     assert _chrome_rows(tmp_path, TORCH_TRACE).loc["Memcpy HtoD (Pageable -> Device)",
                                                    "bytes"] == 4096

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,54 +45,63 @@ def test_keras_fast_job_has_no_input_finding(tmp_path):
     assert not ids & {"io_stall", "input_preprocessing"}, report.findings
 
 
-def _foreign(tmp_path: Path, mode: str) -> Path:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(tmp_path / mode), mode],
-                   check=True, timeout=300, env=env, capture_output=True)
-    return tmp_path / mode
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory) -> Callable[[str], Path]:
+    """A job of foreign_jobs.py, run once per module: several tests read the same logdir."""
+    root = tmp_path_factory.mktemp("foreign")
+    done: dict[str, Path] = {}
+
+    def run(mode: str) -> Path:
+        if mode not in done:
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(root / mode), mode],
+                           check=True, timeout=300, env=env, capture_output=True)
+            done[mode] = root / mode
+        return done[mode]
+    return run
 
 
 @pytest.mark.parametrize("mode", ["generator", "pyfunc"])
-def test_python_in_the_input_pipeline_is_named(tmp_path, mode):
-    f = {f.id: f for f in analyze(_foreign(tmp_path, mode)).findings}["input_preprocessing"]
+def test_python_in_the_input_pipeline_is_named(foreign, mode):
+    f = {f.id: f for f in analyze(foreign(mode)).findings}["input_preprocessing"]
     assert f.severity == "high"
     # py_function per example is not "parsing": prebatched records would not help it.
     assert f.numbers["causes"] == ["python_function"], f.evidence
 
 
-def test_eager_loop_is_found_and_its_tf_function_twin_is_not(tmp_path):
-    eager = {f.id: f for f in analyze(_foreign(tmp_path, "eager")).findings}
+def test_eager_loop_is_found_and_its_tf_function_twin_is_not(foreign):
+    eager = {f.id: f for f in analyze(foreign("eager")).findings}
     assert eager["eager_execution"].severity == "high"
     assert eager["eager_execution"].numbers["eager_ops_per_step"] >= 50
-    graph = analyze(_foreign(tmp_path, "graph"))
+    graph = analyze(foreign("graph"))
     assert graph.steps_found and "eager_execution" not in {f.id for f in graph.findings}
 
 
-def test_keras_run_eagerly_steps_come_from_batch_fetches(tmp_path):
-    report = analyze(_foreign(tmp_path, "keras_eager"))
+def test_keras_run_eagerly_steps_come_from_batch_fetches(foreign):
+    report = analyze(foreign("keras_eager"))
     # No step markers and no train function: one step per eager IteratorGetNext (12 fetches).
     assert report.ctx.steps.source.startswith("iterator:") and report.ctx.n_steps == 11
     f = {f.id: f for f in report.findings}["eager_execution"]
     assert f.severity == "high" and f.speedup > 3
 
 
-def test_retracing_is_found_and_a_tensor_argument_fixes_it(tmp_path):
-    retrace = analyze(_foreign(tmp_path, "retrace"))
+def test_retracing_is_found_and_a_tensor_argument_fixes_it(foreign):
+    retrace = analyze(foreign("retrace"))
     f = {f.id: f for f in retrace.findings}["function_retracing"]
     assert f.severity == "high" and f.numbers["traced_steps"] == retrace.ctx.n_steps == 15
     # Conversions made while tracing are graph construction, not per-step tensor creation.
     assert "convert_to_tensor_gaps" not in {x.id for x in retrace.findings
                                             if x.severity in ("medium", "high")}
-    stable = analyze(_foreign(tmp_path, "stable"))
+    stable = analyze(foreign("stable"))
     assert stable.steps_found and "function_retracing" not in {x.id for x in stable.findings}
 
 
-def test_per_call_overhead_of_small_keras_steps(tmp_path):
-    one = {f.id: f for f in analyze(_foreign(tmp_path, "keras_spe1")).findings}
+def test_per_call_overhead_of_small_keras_steps(foreign):
+    one = {f.id: f for f in analyze(foreign("keras_spe1")).findings}
     f = one["per_step_overhead"]
     assert f.severity in ("medium", "high") and f.numbers["suggested_steps_per_call"] == 4
     # Cached in-memory batches: whatever the iterator costs, it is not storage.
-    eight = analyze(_foreign(tmp_path, "keras_spe8"))
+    eight = analyze(foreign("keras_spe8"))
     assert eight.ctx.n_steps == 12  # one step per call of 8 batches
     # What the suggestion scales by, checked whether or not the finding clears its threshold.
     assert batches_per_call(eight.ctx) == 8
@@ -101,25 +113,49 @@ def test_per_call_overhead_of_small_keras_steps(tmp_path):
             "overhead_fraction"]
 
 
-def test_keras_tensorboard_callback_profile(tmp_path):
+def test_keras_tensorboard_callback_profile(foreign):
     """The most common way users profile: the run sits under LOGDIR/train/plugins/profile."""
     pytest.importorskip("tensorboard")
-    logdir = _foreign(tmp_path, "tensorboard_callback")
+    logdir = foreign("tensorboard_callback")
     report = analyze(logdir)
     assert report.run.run_dir.parent.parent.parent.name == "train"
     # Keras' callback marks each profiled batch (step_num) itself.
     assert report.ctx.steps.source == "markers:Profiled batch" and report.ctx.n_steps >= 15
 
 
-def test_mirrored_strategy_replicas_are_devices(tmp_path):
-    four = analyze(_foreign(tmp_path, "mirrored4"))
+def test_mirrored_strategy_replicas_are_devices(foreign):
+    four = analyze(foreign("mirrored4"))
     assert four.ctx.n_devices == 4 and four.ctx.n_steps == 15
     # The all-reduce is seen (4-7% of these steps, near the finding's 3% floor, so the finding
     # itself is not asserted); one replica has none.
     assert four.ctx.fractions["collective"] > 0.01
-    one = analyze(_foreign(tmp_path, "mirrored1"))
+    one = analyze(foreign("mirrored1"))
     assert one.ctx.n_devices == 1 and one.ctx.fractions["collective"] == 0
     assert "collective_overhead" not in {f.id for f in one.findings}
+
+
+@pytest.mark.parametrize("mode", ["generator", "eager", "retrace", "mirrored4"])
+def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path, mode):
+    """The same profile as Chrome trace JSON (xprof's trace_viewer conversion, what older TF wrote
+    as *.trace.json.gz): the same steps and findings."""
+    convert = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    xplane = next(foreign(mode).rglob("*.xplane.pb"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copy(xplane, scratch)  # xprof writes its caches beside the file it converts
+    data, _ = convert.xspace_to_tool_data([str(scratch / xplane.name)], "trace_viewer",
+                                          {"use_saved_result": False})
+    run = tmp_path / "json" / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    raw = data.encode() if isinstance(data, str) else data
+    (run / xplane.name.replace(".xplane.pb", ".trace.json.gz")).write_bytes(gzip.compress(raw))
+    a, b = analyze(foreign(mode)), analyze(tmp_path / "json")
+    assert b.ctx.n_steps == a.ctx.n_steps > 1
+    assert b.ctx.n_devices == a.ctx.n_devices
+    assert [(f.id, f.severity) for f in b.findings] == [(f.id, f.severity) for f in a.findings]
+    for fa, fb in zip(a.findings, b.findings, strict=True):
+        assert fb.speedup == pytest.approx(fa.speedup, rel=1e-3), fa.id
+    assert b.ctx.fractions == pytest.approx(a.ctx.fractions, abs=1e-3)
 
 
 @pytest.fixture(scope="module")
