@@ -6,6 +6,7 @@ pattern: a casting layer that costs 2% of the step is `low` even though it is cl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,26 +68,42 @@ class Finding:
         return d
 
 
-def heaviest_events(df: pd.DataFrame, n: int = 5) -> list[dict]:
-    """The events behind a finding: the n names with the most total time."""
+def heaviest_events(df: pd.DataFrame, n: int = 5, where: np.ndarray | None = None,
+                    fold: Callable[[str], str] | None = None) -> list[dict]:
+    """The events behind a finding: the n names with the most total time (of the rows `where`
+    is true, when given; names that `fold` maps to one name count as one)."""
+    if (where is not None or fold is not None) and not isinstance(df["name"].dtype,
+                                                                    pd.CategoricalDtype):
+        df = df.assign(name=df["name"].astype("category"))
     if df.empty:
         return []
     if isinstance(df["name"].dtype, pd.CategoricalDtype):
         # Sums by code, a block of rows at a time: a groupby over millions of input-work rows
         # cost ~0.1 s, and whole-column temporaries ~100 MB.
+        names = [str(c) for c in df["name"].cat.categories]
+        if fold is not None:
+            folded: dict[str, int] = {}
+            to_folded = [folded.setdefault(fold(x), len(folded)) for x in names]
+            names = list(folded)
+        else:
+            to_folded = list(range(len(names)))
+        k = len(names) + 1  # the last slot gathers code -1 (no name)
+        table = np.array([*to_folded, k - 1], dtype=np.intp)  # code -1 reads the last entry
         codes = df["name"].array.codes
         dur = df["dur_ns"].to_numpy()
-        k = len(df["name"].cat.categories) + 1  # the last slot gathers code -1 (no name)
         count = np.zeros(k, dtype=np.int64)
         total = np.zeros(k)  # float sums of whole ns: exact below 2**53 ns (104 days)
         for block in chunks(len(codes)):
-            c = codes[block].astype(np.intp) % k
+            c, d = codes[block], dur[block]
+            if where is not None:
+                c, d = c[where[block]], d[where[block]]
+            c = table[c]
             count += np.bincount(c, minlength=k)
-            total += np.bincount(c, weights=dur[block], minlength=k)
+            total += np.bincount(c, weights=d, minlength=k)
         count[-1] = 0
         total[-1] = 0
         top = [i for i in np.lexsort((count == 0, -total))[:n].tolist() if count[i]]
-        return [{"name": str(df["name"].cat.categories[i]), "total_ms": round(total[i] / 1e6, 3),
+        return [{"name": names[i], "total_ms": round(total[i] / 1e6, 3),
                  "count": int(count[i])} for i in top]
     g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(
         "sum", ascending=False).head(n)

@@ -74,7 +74,7 @@ def _fix_command(config: dict[str, Any], changes: dict[str, Any]) -> str | None:
         cfg.validate()
     except (TypeError, ValueError):
         return None
-    return train_command(cfg)
+    return train_command(cfg, keep=changes)
 
 
 def build_report(run: RunData) -> Report:
@@ -154,8 +154,7 @@ def render_text(report: Report, markdown: bool = False) -> str:
         for e in f.evidence:
             out.append(f"  - {e}")
         if f.top_events:
-            tops = "; ".join(f"{t['name'][:60]} {t.get('total_ms', t.get('d_samples'))}"
-                             for t in f.top_events[:3])
+            tops = "; ".join(_top_event(t) for t in f.top_events[:3])
             out.append(f"  - top events: {tops}")
         out.append(f"  remedy: {f.remedy}")
         if f.fix_command:
@@ -165,6 +164,20 @@ def render_text(report: Report, markdown: bool = False) -> str:
         out.append(f"not checked: {s.id}: {s.reason}")
     out.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(out).rstrip() + "\n"
+
+
+def _top_event(t: dict) -> str:
+    name = t["name"]
+    if len(name) > _NAME_WIDTH:
+        # The end of a TF op name is the op and its type (`scope/dense_1/Relu:_MklFusedMatMul`),
+        # of a tf.data event its innermost stage: the beginning is the shared scope.
+        name = "…" + name[-(_NAME_WIDTH - 1):]
+    if "total_ms" in t:
+        return f"{name} {t['total_ms']:g} ms ({t['count']} event{'s' * (t['count'] != 1)})"
+    return f"{name} {t['d_samples']} samples in D state"
+
+
+_NAME_WIDTH = 60
 
 
 __all__ = ["Report", "analyze", "build_report", "render_json", "render_text"]

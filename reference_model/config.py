@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -216,13 +217,16 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
 
 
-def config_to_flags(cfg: TrainConfig, base: TrainConfig | None = None) -> list[str]:
-    """The flags that turn `base` (default: TrainConfig()) into `cfg`."""
+def config_to_flags(cfg: TrainConfig, base: TrainConfig | None = None,
+                    keep: Iterable[str] = ()) -> list[str]:
+    """The flags that turn `base` (default: TrainConfig()) into `cfg`; the fields in `keep` are
+    written even when they are the default (a fix that says what it changes)."""
     base = base or TrainConfig()
+    keep = set(keep)
     out: list[str] = []
     for f in dataclasses.fields(TrainConfig):
         v = getattr(cfg, f.name)
-        if v == getattr(base, f.name):
+        if v == getattr(base, f.name) and f.name not in keep:
             continue
         if isinstance(v, bool):
             text = "true" if v else "false"

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
 
 from recadvisor.argtypes import positive
@@ -62,8 +63,8 @@ def build_config(args: argparse.Namespace) -> TrainConfig:
     return cfg
 
 
-def train_command(cfg: TrainConfig, logdir: str | None = None) -> str:
-    parts = ["recadvisor", "train", *config_to_flags(cfg)]
+def train_command(cfg: TrainConfig, logdir: str | None = None, keep: Iterable[str] = ()) -> str:
+    parts = ["recadvisor", "train", *config_to_flags(cfg, keep=keep)]
     if logdir:
         parts += ["--logdir", logdir]
     return shlex.join(parts)

@@ -10,10 +10,12 @@ fused tables remove about half of that overhead (an assumption, stated).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.events import line_class
+from analyzers.events import cat_mask, line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
 
@@ -22,6 +24,11 @@ MIN_OPS_PER_STEP = 150
 MAX_KERNEL_US = 20.0
 MAX_HOST_OP_US = 50.0
 RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
+# Table fusion is suggested from this many embedding lookups per step: `ResourceGather` is what
+# tf.nn.embedding_lookup and Keras' Embedding run on a variable (GatherV2 also gathers plain
+# tensors, so it does not count) (docs/trace-signals.md, "Signals the detectors key on").
+MIN_LOOKUPS_TO_FUSE = 4
+_LOOKUP = re.compile(r":ResourceGather$")
 # Event kinds of the breakdown categories that take priority over launch and framework time.
 _ABOVE_FRAMEWORK = tuple(k for c in list(CATEGORIES)[:list(CATEGORIES).index("launch")]
                          for k in CATEGORIES[c])
@@ -54,18 +61,27 @@ def detect(ctx: Context) -> Finding | None:
     changes = {}
     if ctx.config:
         changes = {k: True for k in ("xla", "fused_tables") if ctx.config.get(k) is False}
+    lookups = int(cat_mask(ops["name"], _LOOKUP.search).sum()) / max(ctx.n_steps, 1)
+    remedy = ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
+              "compile(jit_compile=True)) so fused kernels replace chains of small ops")
+    evidence = [f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
+                f"launch/executor time not covered by any op: {overhead:.1%} of the step",
+                f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"]
+    if lookups >= MIN_LOOKUPS_TO_FUSE:
+        evidence.append(f"{lookups:.0f} embedding lookups (ResourceGather) per step, one per "
+                        "table")
+        remedy += ("; fuse same-width embedding tables into one table with per-feature offsets, "
+                   "so one lookup and one update replace one per table")
     return Finding(
         id=ID,
         title=f"{per_step:.0f} small {what} per step: dispatch overhead",
         step_fraction=overhead,
         speedup=speedup_from_saving(saved),
-        evidence=[f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
-                  f"launch/executor time not covered by any op: {overhead:.1%} of the step",
-                  f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"],
-        remedy=("Compile the step with XLA (tf.function(jit_compile=True)) and fuse same-width "
-                "embedding tables into one table with offsets, so one kernel replaces dozens."),
+        evidence=evidence,
+        remedy=remedy + ".",
         numbers={"ops_per_step": round(per_step, 1), "median_op_us": round(median_us, 2),
-                 "overhead_fraction": round(overhead, 4)},
+                 "overhead_fraction": round(overhead, 4),
+                 "embedding_lookups_per_step": round(lookups, 1)},
         top_events=heaviest_events(ops),
         config_changes=changes,
     )

@@ -54,7 +54,7 @@ class InputPipeline:
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
     reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
-    top_events: list[dict]  # the heaviest input work by name (findings.heaviest_events)
+    top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
 
 
 def _mean_concurrency(s: np.ndarray, e: np.ndarray) -> float:
@@ -137,7 +137,12 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
-        top_events=heaviest_events(work),
+        # Stage events nest (Iterator::Root holds every stage below it, *Produce wraps a
+        # stage), so their totals count the same time over and over: the work itself is in the
+        # map-function ops and the reader stages, the leaves.
+        # Interleave elements are numbered (`ParallelInterleaveV4[37]`): one name per stage.
+        top_events=heaviest_events(work, where=is_op | is_reader if (is_op | is_reader).any()
+                                   else None, fold=lambda x: _BRACKETS.sub("", x)),
     )
 
 

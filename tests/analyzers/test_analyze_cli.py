@@ -29,6 +29,19 @@ def test_json_schema_and_fail_on(tmp_path, capsys):
     assert "| high | `io_stall`" in capsys.readouterr().out
 
 
+def test_text_top_events_keep_the_end_of_long_names():
+    from analyzers.report import _top_event
+
+    name = "StatefulPartitionedCall/gradient_tape/sequential_1/dense_1/MatMul/MatMul:_MklMatMul"
+    text = _top_event({"name": name, "total_ms": 1.641, "count": 12})
+    # The op and its type are at the end of a TF op name: they must survive the cut.
+    assert text.startswith("…") and "MatMul/MatMul:_MklMatMul 1.641 ms (12 events)" in text
+    assert len(text.split(" ")[0]) == 60
+    assert _top_event({"name": "short", "total_ms": 2.0, "count": 1}) == "short 2 ms (1 event)"
+    assert _top_event({"name": "tf_data_worker", "d_samples": 7}) == (
+        "tf_data_worker 7 samples in D state")
+
+
 def test_clean_trace_passes_the_gate(tmp_path, capsys):
     host_trace(tmp_path)
     assert main(["analyze", str(tmp_path), "--fail-on", "medium"]) == 0

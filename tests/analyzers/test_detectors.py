@@ -217,6 +217,28 @@ def test_dispatch_on_the_step_thread_is_not_launch_overhead(tmp_path):
     assert f is None or f.step_fraction < 0.01
 
 
+def _tiny_ops_and_lookups(tables: int):
+    """As _tiny_ops, with `tables` embedding lookups (ResourceGather) among the ops."""
+    tiny = _tiny_ops(on_main=False)
+
+    def add(b, host, main, comp, t0, i):
+        tiny(b, host, main, comp, t0, i)
+        for k in range(tables):
+            host.line("tf_Compute/13", line_id=13).event(
+                f"emb_{k}/embedding_lookup:ResourceGather", t0 + 90 * MS + k * 10_000, 4000)
+    return add
+
+
+@pytest.mark.parametrize("tables,fuse", [(26, True), (2, False)])
+def test_launch_remedy_fuses_tables_only_with_many_lookups(tmp_path, tables, fuse):
+    _, run = host_trace(tmp_path, compute_ms=10, per_step=_tiny_ops_and_lookups(tables))
+    f = by_id(analyze(run))["kernel_launch_overhead"]
+    assert f.numbers["embedding_lookups_per_step"] == tables
+    assert "jit_compile=True" in f.remedy
+    assert ("embedding tables" in f.remedy) is fuse
+    assert any("ResourceGather" in e for e in f.evidence) is fuse
+
+
 # ---- eager_execution ---------------------------------------------------------------------------
 
 def _eager_ops(n: int, each_ms: float, kernel_ms: float, start_ms: float = 3.0):

@@ -24,6 +24,15 @@ def test_preset_flags_round_trip(name):
     assert _parse(config_to_flags(cfg)) == cfg
 
 
+def test_flags_keep_the_fields_a_fix_changes_even_at_their_default():
+    fixed = TrainConfig().replace(xla=True, fused_tables=True)  # both are the defaults
+    assert config_to_flags(fixed) == []
+    flags = config_to_flags(fixed, keep=["xla", "fused_tables"])
+    assert flags == ["--fused-tables", "true", "--xla", "true"] or flags == [
+        "--xla", "true", "--fused-tables", "true"]
+    assert _parse(flags) == fixed
+
+
 def test_json_round_trip(tmp_path):
     cfg = get_preset("default").config()
     cfg.to_json(tmp_path / "c.json")
