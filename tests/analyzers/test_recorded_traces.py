@@ -1,0 +1,56 @@
+"""The analyzer on traces recorded with a TensorFlow other than the one CI installs.
+
+`data/tf2.15/<mode>.xplane.pb.gz`: `python tests/analyzers/foreign_jobs.py DIR <mode>` run with
+tensorflow-cpu 2.15.1 (Keras 2.15, Python 3.11) on 2026-11-23, the xplane gzipped. Keras 2's fit
+writes `train` step markers (Keras 3 in TF 2.21 writes none); the rest of the event vocabulary is
+the same (docs/trace-signals.md, "TF 2.15"). No TensorFlow is needed to run these tests.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from analyzers.report import analyze
+
+DATA = Path(__file__).parent / "data"
+
+# trace -> (the only medium/high finding and its severity, or None; profiled steps)
+CASES = {
+    "tf2.15/generator": (("input_preprocessing", "high"), 12),
+    "tf2.15/keras_spe1": (("per_step_overhead", "high"), 12),
+    "tf2.15/eager": (("eager_execution", "high"), 30),
+    "tf2.15/graph": (("per_step_overhead", "high"), 30),
+    "tf2.15/retrace": (("function_retracing", "high"), 15),
+    "tf2.15/stable": (("per_step_overhead", "high"), 15),
+}
+
+
+def _report(tmp_path: Path, name: str):
+    run = tmp_path / "plugins" / "profile" / "2026_11_23_09_56_00"
+    run.mkdir(parents=True)
+    (run / "vm.xplane.pb").write_bytes(gzip.decompress((DATA / f"{name}.xplane.pb.gz")
+                                                       .read_bytes()))
+    return analyze(tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_recorded_trace_is_diagnosed(tmp_path, name):
+    (expected, severity), n_steps = CASES[name]
+    report = _report(tmp_path, name)
+    assert report.ctx.steps.source == "markers:train" and report.ctx.n_steps == n_steps
+    strong = {f.id: f.severity for f in report.findings if f.severity in ("medium", "high")}
+    assert strong == {expected: severity}, report.findings
+
+
+def test_recorded_causes_and_remedies(tmp_path):
+    found = {f.id: f for f in _report(tmp_path / "g", "tf2.15/generator").findings}
+    assert found["input_preprocessing"].numbers["causes"] == ["python_function"]
+    found = {f.id: f for f in _report(tmp_path / "k", "tf2.15/keras_spe1").findings}
+    assert found["per_step_overhead"].numbers["suggested_steps_per_call"] == 4
+    # The step is compiled in the twins of the eager and retraced jobs.
+    for twin in ("graph", "stable"):
+        ids = {f.id for f in _report(tmp_path / twin, f"tf2.15/{twin}").findings}
+        assert not ids & {"eager_execution", "function_retracing"}
