@@ -117,9 +117,11 @@ class Context:
 
     @cached_property
     def _placement(self) -> np.ndarray:
-        """Per event, the step that holds it whole; CROSSES when it must be clipped (it crosses a
-        step boundary or starts before the first step), OUTSIDE when no part of it is in a step.
-        Computed once, so in_steps gathers instead of searching and clipping every row."""
+        """Per event, the step that holds it whole; OUTSIDE when it lies before the first step
+        or after the last, or has no length (in_steps never returns such parts); CROSSES for the
+        rest, which in_steps clips (events crossing a step boundary, and any in a gap between
+        steps, which clipping drops). Computed once, so in_steps gathers instead of searching
+        and clipping every row."""
         ev = self.events
         w_start = self.steps.table["start_ns"].to_numpy(np.int64)
         w_end = self.steps.table["end_ns"].to_numpy(np.int64)
@@ -143,10 +145,12 @@ class Context:
         """in_steps' rows with their step and clipped times, the events that are not whole in a
         step clipped part by part, all in event order (an event's parts in step order)."""
         crossing = rows[step == CROSSES]
+        kept = rows[whole]
+        if not len(crossing):  # only events outside every step were left out: order holds
+            return kept, step[whole], starts[kept], ends[kept]
         idx, c_step, c_s, c_e = clip_to_steps(
             starts[crossing], ends[crossing], self.steps.table["start_ns"].to_numpy(np.int64),
             self.steps.table["end_ns"].to_numpy(np.int64))
-        kept = rows[whole]
         src = np.concatenate((kept, crossing[idx]))
         order = np.argsort(src, kind="stable")
         parts = (src, np.concatenate((step[whole], c_step)),

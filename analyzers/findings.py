@@ -102,7 +102,7 @@ def heaviest_events(df: pd.DataFrame, n: int = 5, where: np.ndarray | None = Non
             total += np.bincount(c, weights=d, minlength=k)
         count[-1] = 0
         total[-1] = 0
-        top = [i for i in np.lexsort((count == 0, -total))[:n].tolist() if count[i]]
+        top = [i for i in np.lexsort((-total, count == 0))[:n].tolist() if count[i]]  # absent last
         return [{"name": names[i], "total_ms": round(total[i] / 1e6, 3),
                  "count": int(count[i])} for i in top]
     g = df.groupby("name", observed=True)["dur_ns"].agg(["sum", "count"]).sort_values(

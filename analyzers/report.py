@@ -173,7 +173,8 @@ def _top_event(t: dict) -> str:
         # of a tf.data event its innermost stage: the beginning is the shared scope.
         name = "…" + name[-(_NAME_WIDTH - 1):]
     if "total_ms" in t:
-        return f"{name} {t['total_ms']:g} ms ({t['count']} event{'s' * (t['count'] != 1)})"
+        ms = f"{t['total_ms']:,.3f}".rstrip("0").rstrip(".")
+        return f"{name} {ms} ms ({t['count']} event{'s' * (t['count'] != 1)})"
     return f"{name} {t['d_samples']} samples in D state"
 
 

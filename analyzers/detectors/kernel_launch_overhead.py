@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import cat_mask, line_class
+from analyzers.events import line_class, present_values
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
 
@@ -24,8 +25,8 @@ MIN_OPS_PER_STEP = 150
 MAX_KERNEL_US = 20.0
 MAX_HOST_OP_US = 50.0
 RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
-# Table fusion is suggested from this many embedding lookups per step: `ResourceGather` is what
-# tf.nn.embedding_lookup and Keras' Embedding run on a variable (GatherV2 also gathers plain
+# Table fusion is suggested from this many distinct lookup ops per device: `ResourceGather` is
+# what tf.nn.embedding_lookup and Keras' Embedding run on a variable (GatherV2 also gathers plain
 # tensors, so it does not count) (docs/trace-signals.md, "Signals the detectors key on").
 MIN_LOOKUPS_TO_FUSE = 4
 _LOOKUP = re.compile(r":ResourceGather$")
@@ -58,18 +59,20 @@ def detect(ctx: Context) -> Finding | None:
     if overhead is None:
         overhead = _executor_overhead(ctx)
     saved = overhead * RECOVERABLE
+    tables = _lookup_ops_per_device(ctx)
+    fuse = tables >= MIN_LOOKUPS_TO_FUSE
     changes = {}
     if ctx.config:
-        changes = {k: True for k in ("xla", "fused_tables") if ctx.config.get(k) is False}
-    lookups = int(cat_mask(ops["name"], _LOOKUP.search).sum()) / max(ctx.n_steps, 1)
+        changes = {k: True for k in ("xla", "fused_tables") if ctx.config.get(k) is False
+                   and (k == "xla" or fuse)}
     remedy = ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
               "compile(jit_compile=True)) so fused kernels replace chains of small ops")
     evidence = [f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
                 f"launch/executor time not covered by any op: {overhead:.1%} of the step",
                 f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"]
-    if lookups >= MIN_LOOKUPS_TO_FUSE:
-        evidence.append(f"{lookups:.0f} embedding lookups (ResourceGather) per step, one per "
-                        "table")
+    if fuse:
+        evidence.append(f"{tables:g} embedding lookup ops (ResourceGather) per device: "
+                        "likely one per table")
         remedy += ("; fuse same-width embedding tables into one table with per-feature offsets, "
                    "so one lookup and one update replace one per table")
     return Finding(
@@ -81,10 +84,20 @@ def detect(ctx: Context) -> Finding | None:
         remedy=remedy + ".",
         numbers={"ops_per_step": round(per_step, 1), "median_op_us": round(median_us, 2),
                  "overhead_fraction": round(overhead, 4),
-                 "embedding_lookups_per_step": round(lookups, 1)},
+                 "lookup_ops_per_device": round(tables, 2)},
         top_events=heaviest_events(ops),
         config_changes=changes,
     )
+
+
+def _lookup_ops_per_device(ctx: Context) -> float:
+    """Distinct embedding-lookup ops per device: each table a device holds, or each replica's
+    copy of a table, has its own op (`replica_1/...` under MirroredStrategy; one op per device for
+    our fused, sharded tables). GPU kernels name their TF op in the `tf_op` stat."""
+    ev = ctx.events
+    ops = {n for col in ("name", "tf_op") if isinstance(ev[col].dtype, pd.CategoricalDtype)
+           for n in present_values(ev[col]) if _LOOKUP.search(n)}
+    return len(ops) / max(ctx.n_devices, 1)
 
 
 def _executor_overhead(ctx: Context) -> float:

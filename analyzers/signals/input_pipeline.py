@@ -120,6 +120,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     map_before = "MapAndBatch" in path_text or any(
         re.search(r"::(BatchV2|Batch|PaddedBatchV2)::(ParallelMapV2|Map)(::|$)", p) for p in paths
     )
+    leaves = is_op | is_reader
     return InputPipeline(
         present=bool(paths) or len(work) > 0,
         stage_paths=paths,
@@ -141,8 +142,8 @@ def _analyze(ctx: Context) -> InputPipeline:
         # stage), so their totals count the same time over and over: the work itself is in the
         # map-function ops and the reader stages, the leaves.
         # Interleave elements are numbered (`ParallelInterleaveV4[37]`): one name per stage.
-        top_events=heaviest_events(work, where=is_op | is_reader if (is_op | is_reader).any()
-                                   else None, fold=lambda x: _BRACKETS.sub("", x)),
+        top_events=heaviest_events(work, where=leaves if leaves.any() else None,
+                                   fold=lambda x: _BRACKETS.sub("", x)),
     )
 
 

@@ -42,6 +42,19 @@ def test_text_top_events_keep_the_end_of_long_names():
         "tf_data_worker 7 samples in D state")
 
 
+def test_fix_command_names_what_the_remedy_changes_even_at_the_default():
+    from analyzers.report import _fix_command
+    from reference_model.config import TrainConfig
+
+    unfused = TrainConfig().replace(xla=False, fused_tables=False).to_dict()
+    # Both changes restore defaults: a bare `recadvisor train` would not say what to change.
+    cmd = _fix_command(unfused, {"xla": True, "fused_tables": True})
+    assert cmd is not None and cmd.split()[:2] == ["recadvisor", "train"]
+    flags = cmd.split()[2:]
+    assert dict(zip(flags[::2], flags[1::2], strict=True)) == {"--xla": "true",
+                                                               "--fused-tables": "true"}
+
+
 def test_clean_trace_passes_the_gate(tmp_path, capsys):
     host_trace(tmp_path)
     assert main(["analyze", str(tmp_path), "--fail-on", "medium"]) == 0

@@ -125,3 +125,11 @@ def test_heaviest_events_of_some_rows_with_names_folded():
     # Plain string names take the same path.
     assert heaviest_events(df.assign(name=df["name"].astype(str)), where=leaves, fold=lambda n: n
                            .replace("[1]", "").replace("[2]", "").replace("[3]", "")) == top
+
+
+def test_heaviest_events_never_lets_absent_names_take_a_place():
+    # A corrupt trace can carry negative durations: a name with rows still outranks names
+    # without any.
+    names = pd.Categorical(["a", "a"], categories=["a", "b", "c"])
+    df = pd.DataFrame({"name": names, "dur_ns": [-5_000_000, 1_000_000]})
+    assert heaviest_events(df, n=1) == [{"name": "a", "total_ms": -4.0, "count": 2}]

@@ -217,26 +217,41 @@ def test_dispatch_on_the_step_thread_is_not_launch_overhead(tmp_path):
     assert f is None or f.step_fraction < 0.01
 
 
-def _tiny_ops_and_lookups(tables: int):
-    """As _tiny_ops, with `tables` embedding lookups (ResourceGather) among the ops."""
+def _tiny_ops_and_lookups(tables: int, replicas: int = 1):
+    """As _tiny_ops, with `tables` embedding lookups (ResourceGather) among the ops, on each of
+    `replicas` MirroredStrategy replicas (`replica_<r>/` ops, none for replica 0)."""
     tiny = _tiny_ops(on_main=False)
 
     def add(b, host, main, comp, t0, i):
         tiny(b, host, main, comp, t0, i)
-        for k in range(tables):
-            host.line("tf_Compute/13", line_id=13).event(
-                f"emb_{k}/embedding_lookup:ResourceGather", t0 + 90 * MS + k * 10_000, 4000)
+        for r in range(replicas):
+            for k in range(tables):
+                host.line("tf_Compute/13", line_id=13).event(
+                    f"{f'replica_{r}/' if r else ''}emb_{k}/embedding_lookup:ResourceGather",
+                    t0 + 90 * MS + (r * tables + k) * 10_000, 4000)
     return add
 
 
-@pytest.mark.parametrize("tables,fuse", [(26, True), (2, False)])
-def test_launch_remedy_fuses_tables_only_with_many_lookups(tmp_path, tables, fuse):
-    _, run = host_trace(tmp_path, compute_ms=10, per_step=_tiny_ops_and_lookups(tables))
+@pytest.mark.parametrize("tables,replicas,fuse", [(26, 1, True), (2, 1, False), (1, 4, False),
+                                                  (8, 4, True)])
+def test_launch_remedy_fuses_tables_only_with_many_lookups_per_device(tmp_path, tables, replicas,
+                                                                      fuse):
+    _, run = host_trace(tmp_path, compute_ms=10,
+                        per_step=_tiny_ops_and_lookups(tables, replicas))
     f = by_id(analyze(run))["kernel_launch_overhead"]
-    assert f.numbers["embedding_lookups_per_step"] == tables
+    # One lookup op per replica of a fused table is not a reason to fuse (4 devices, 4 ops).
+    assert f.numbers["lookup_ops_per_device"] == tables
     assert "jit_compile=True" in f.remedy
     assert ("embedding tables" in f.remedy) is fuse
     assert any("ResourceGather" in e for e in f.evidence) is fuse
+
+
+@pytest.mark.parametrize("lookups,fuse", [(8, True), (0, False)])
+def test_gpu_lookup_kernels_are_counted_by_their_tf_op(tmp_path, lookups, fuse):
+    f = by_id(analyze(gpu_trace(tmp_path, kernels=400, kernel_ms=4, devices=2,
+                                lookups=lookups)))["kernel_launch_overhead"]
+    assert f.numbers["lookup_ops_per_device"] == lookups
+    assert ("embedding tables" in f.remedy) is fuse
 
 
 # ---- eager_execution ---------------------------------------------------------------------------

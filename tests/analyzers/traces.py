@@ -82,8 +82,10 @@ def gpu_trace(
     nccl_ms: float = 0.0,
     nccl_overlapped: bool = False,
     pingpong_ms: float = 0.0,
+    lookups: int = 0,
 ) -> Path:
-    """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL."""
+    """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL; the
+    first `lookups` kernels of each device are embedding-table gathers (their `tf_op` stat)."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -108,8 +110,10 @@ def gpu_trace(
         for d, (kern, _, nccl, d2h) in enumerate(streams):
             for k in range(kernels):
                 ks = after_copy + int(k * k_dur * MS)
+                stats = ({"tf_op": Ref(f"emb_{d}_{k}/embedding_lookup:ResourceGather")}
+                         if k < lookups else {})
                 kern.event(f"volta_sgemm_128x64_nn_{k % 3}", ks, max(int(k_dur * MS) - 500, 1),
-                           correlation_id=corr, device_id=d)
+                           correlation_id=corr, device_id=d, **stats)
                 if d == 0:
                     cupti.event("cuLaunchKernel", ks - 3000, 2500, correlation_id=corr)
                 corr += 1
