@@ -42,7 +42,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
-_COUNTER = re.compile(r"[#\s]\d+$")
+_COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
 
@@ -92,8 +92,11 @@ def find_step_windows(events: pd.DataFrame
         marked = marked.assign(step_num=step_num, root=np.isin(rows, root_rows[root > 0]))
         if marked["root"].any():
             marked = marked[marked["root"]]
-        # One marker family per name, with a step counter in the name folded (ProfilerStep#3).
-        family = cat_map(marked["name"], lambda n: _COUNTER.sub("#N", n))
+        # One marker family per name, with a step counter in the name folded: PyTorch's
+        # ProfilerStep#3 -> ProfilerStep#N; xprof's JSON export of TF's `train` marker, `train 3`
+        # -> `train`, as its xplane names it (docs/trace-signals.md, "Chrome trace JSON").
+        family = cat_map(marked["name"],
+                         lambda n: _COUNTER.sub(lambda m: "#N" if m.group(1) == "#" else "", n))
         marked = marked.assign(family=family)
         per_name = marked.groupby("family").agg(
             steps=("step_num", "nunique"), total=("dur_ns", "sum")

@@ -152,7 +152,7 @@ def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path,
     raw = data.encode() if isinstance(data, str) else data
     (run / xplane.name.replace(".xplane.pb", ".trace.json.gz")).write_bytes(gzip.compress(raw))
     a, b = analyze(foreign(mode)), analyze(tmp_path / "json")
-    assert b.ctx.n_steps == a.ctx.n_steps > 1
+    assert b.ctx.n_steps == a.ctx.n_steps > 1 and b.ctx.steps.source == a.ctx.steps.source
     assert b.ctx.n_devices == a.ctx.n_devices
     assert [(f.id, f.severity) for f in b.findings] == [(f.id, f.severity) for f in a.findings]
     for fa, fb in zip(a.findings, b.findings, strict=True):
