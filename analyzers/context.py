@@ -67,20 +67,24 @@ class Context:
                  line: str | Callable[[str], object] | None = None,
                  name: Callable[[str], object] | None = None,
                  plane: Callable[[str], object] | None = None,
+                 thread: tuple[str, object] | None = None,
                  columns: Iterable[str] = IN_STEP_COLUMNS) -> pd.DataFrame:
-        """The events of `kinds`, on `line` (a name, or a test of the name), whose name and
-        plane pass `name` and `plane` (each filter only when given), clipped to the step
-        windows: one row per part of an event inside a step (an event spanning two steps appears
-        twice, each part with its clipped times), in event order. Only the asked `columns` (of
-        IN_STEP_COLUMNS) are built: detectors ask for a few kinds and columns, so no clipped copy
-        of the whole table is ever made."""
+        """The events of `kinds`, on `line` (a name, or a test of the name) and `thread`
+        ((plane, line id) such as Steps.thread: several threads share the line name `python`),
+        whose name and plane pass `name` and `plane` (each filter only when given), clipped to
+        the step windows: one row per part of an event inside a step (an event spanning two
+        steps appears twice, each part with its clipped times), in event order. Only the asked
+        `columns` (of IN_STEP_COLUMNS) are built: detectors ask for a few kinds and columns, so
+        no clipped copy of the whole table is ever made."""
         ev = self.events
         columns = list(columns)
-        tests = {"kind": None if kinds is None else set(kinds).__contains__,
-                 "line": line.__eq__ if isinstance(line, str) else line, "name": name,
-                 "plane": plane}
+        tests = [("kind", None if kinds is None else set(kinds).__contains__),
+                 ("line", line.__eq__ if isinstance(line, str) else line), ("name", name),
+                 ("plane", plane)]
+        if thread is not None:
+            tests += [("plane", thread[0].__eq__), ("line_id", str(thread[1]).__eq__)]
         mask = None
-        for col, keep in tests.items():
+        for col, keep in tests:
             if keep is not None:
                 rows = cat_mask(ev[col], keep)
                 mask = rows if mask is None else mask & rows
@@ -116,6 +120,11 @@ class Context:
         return pd.DataFrame(df, columns=columns, copy=False)
 
     @cached_property
+    def _windows(self) -> tuple[np.ndarray, np.ndarray]:
+        return (self.steps.table["start_ns"].to_numpy(np.int64),
+                self.steps.table["end_ns"].to_numpy(np.int64))
+
+    @cached_property
     def _placement(self) -> np.ndarray:
         """Per event, the step that holds it whole; OUTSIDE when it lies before the first step
         or after the last, or has no length (in_steps never returns such parts); CROSSES for the
@@ -123,8 +132,7 @@ class Context:
         steps, which clipping drops). Computed once, so in_steps gathers instead of searching
         and clipping every row."""
         ev = self.events
-        w_start = self.steps.table["start_ns"].to_numpy(np.int64)
-        w_end = self.steps.table["end_ns"].to_numpy(np.int64)
+        w_start, w_end = self._windows
         place = np.full(len(ev), OUTSIDE, dtype=np.min_scalar_type(-max(len(w_start), 2)))
         if not len(w_start):
             return place
@@ -148,9 +156,7 @@ class Context:
         kept = rows[whole]
         if not len(crossing):  # only events outside every step were left out: order holds
             return kept, step[whole], starts[kept], ends[kept]
-        idx, c_step, c_s, c_e = clip_to_steps(
-            starts[crossing], ends[crossing], self.steps.table["start_ns"].to_numpy(np.int64),
-            self.steps.table["end_ns"].to_numpy(np.int64))
+        idx, c_step, c_s, c_e = clip_to_steps(starts[crossing], ends[crossing], *self._windows)
         src = np.concatenate((kept, crossing[idx]))
         order = np.argsort(src, kind="stable")
         parts = (src, np.concatenate((step[whole], c_step)),

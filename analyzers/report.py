@@ -166,6 +166,9 @@ def render_text(report: Report, markdown: bool = False) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+_NAME_WIDTH = 60
+
+
 def _top_event(t: dict) -> str:
     name = t["name"]
     if len(name) > _NAME_WIDTH:
@@ -176,9 +179,6 @@ def _top_event(t: dict) -> str:
         ms = f"{t['total_ms']:,.3f}".rstrip("0").rstrip(".")
         return f"{name} {ms} ms ({t['count']} event{'s' * (t['count'] != 1)})"
     return f"{name} {t['d_samples']} samples in D state"
-
-
-_NAME_WIDTH = 60
 
 
 __all__ = ["Report", "analyze", "build_report", "render_json", "render_text"]

@@ -45,7 +45,7 @@ def detect(ctx: Context) -> Finding | None:
     fn = ex[ex["op"].str.startswith("__inference_")]
     has_run = fn["run_ns"] > 0
     instantiate_ns = float((fn["dur_ns"] - fn["run_ns"]).clip(lower=0)[has_run].sum())
-    total_ns = float(ctx.steps.table["dur_ns"].sum())
+    total_ns = ctx.total_step_ns
     saved = min((build_ns + instantiate_ns) / total_ns, 1.0) if total_ns > 0 else 0.0
     # Base name -> its executions in the steps and how many concrete functions ran under it.
     base = fn["op"].str.extract(_FUNCTION_ID)[0]

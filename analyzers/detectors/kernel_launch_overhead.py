@@ -63,8 +63,8 @@ def detect(ctx: Context) -> Finding | None:
     fuse = tables >= MIN_LOOKUPS_TO_FUSE
     changes = {}
     if ctx.config:
-        changes = {k: True for k in ("xla", "fused_tables") if ctx.config.get(k) is False
-                   and (k == "xla" or fuse)}
+        asked = ("xla", "fused_tables") if fuse else ("xla",)
+        changes = {k: True for k in asked if ctx.config.get(k) is False}
     remedy = ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
               "compile(jit_compile=True)) so fused kernels replace chains of small ops")
     evidence = [f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
@@ -109,7 +109,7 @@ def _executor_overhead(ctx: Context) -> float:
                      lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
     os_, oe = _merged(ctx, _ABOVE_FRAMEWORK)
     both = covered_ns(np.concatenate([fs, os_]), np.concatenate([fe, oe]))
-    total = float(ctx.steps.table["dur_ns"].sum())
+    total = ctx.total_step_ns
     return (both - covered_ns(os_, oe)) / total if total > 0 else 0.0
 
 

@@ -19,7 +19,6 @@ import re
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.events import on_thread
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.executions import executions, graph_builds
 from analyzers.steps import covered_ns
@@ -50,13 +49,12 @@ def detect(ctx: Context) -> Finding | None:
     # it; that part is `function_retracing`'s, and stays out of the runs). A call without one
     # (traces that do not write it) counts whole as its run: nothing of it is called overhead.
     rs, re_ = fn["run_start_ns"].to_numpy(), fn["run_end_ns"].to_numpy()
-    other = on_thread(ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line,
-                                   columns=("plane", "line_id", "start_ns", "end_ns")),
-                      ctx.steps.thread)
+    other = ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line, thread=ctx.steps.thread,
+                         columns=("start_ns", "end_ns"))
     primitive = ex[~ex["function"]]
     s = np.concatenate([rs, primitive["start_ns"].to_numpy(), other["start_ns"].to_numpy()])
     e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy()])
-    total_ns = float(ctx.steps.table["dur_ns"].sum())
+    total_ns = ctx.total_step_ns
     # Retracing (graph building, then instantiation inside the new function's first execution)
     # is `function_retracing`'s: with it present, whole function spans count as explained.
     build = graph_builds(ctx)

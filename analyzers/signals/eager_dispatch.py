@@ -35,7 +35,7 @@ def eager_dispatch(ctx: Context) -> EagerDispatch:
 
 
 def _measure(ctx: Context) -> EagerDispatch:
-    total_ns = float(ctx.steps.table["dur_ns"].sum()) if ctx.n_steps else 0.0
+    total_ns = float(ctx.total_step_ns)
     busy_ns = total_ns * (1.0 - ctx.fractions.get("input_wait", 0.0)) if total_ns else 0.0
     ex = executions(ctx)
     # An eager `IteratorGetNext` is the input wait (input detectors' business), and eager Casts

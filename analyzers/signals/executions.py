@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import GRAPH_BUILDING, on_thread
+from analyzers.events import GRAPH_BUILDING
 
 PREFIX = "EagerLocalExecute: "
 KERNEL = "EagerKernelExecute"
@@ -36,11 +36,9 @@ def _executions(ctx: Context) -> pd.DataFrame:
         ev = pd.DataFrame({c: [] for c in ("name", "kind", "start_ns", "end_ns", "dur_ns")})
     else:
         # Every Python thread's line is named `python`: keep to the step thread's (plane, id).
-        ev = on_thread(ctx.in_steps(line=ctx.main_line,
-                                    name=lambda n: n.startswith(PREFIX) or n == KERNEL,
-                                    columns=("plane", "line_id", "name", "kind", "start_ns",
-                                             "end_ns", "dur_ns")),
-                       ctx.steps.thread)
+        ev = ctx.in_steps(line=ctx.main_line, thread=ctx.steps.thread,
+                          name=lambda n: n.startswith(PREFIX) or n == KERNEL,
+                          columns=("name", "kind", "start_ns", "end_ns", "dur_ns"))
     names = ev["name"].astype(str)
     is_exec = names.str.startswith(PREFIX).to_numpy()
     ex = ev[is_exec].sort_values("start_ns", kind="stable")
