@@ -45,7 +45,8 @@ KINDS = (
     "d2h",  # device → host copies
     "d2d",  # device ↔ device copies (incl. _Send/_Recv between logical devices, P2P)
     "collective",  # NCCL kernels, Collective* ops, XLA all-reduce/all-to-all, AllToAll
-    "launch",  # CUDA runtime/driver launch and async-copy API calls on the host
+    "launch",  # CUDA runtime/driver launch calls on the host, and the TF ops that issue them
+    "sync",  # the host blocked until the device catches up (cudaDeviceSynchronize, ...)
     "device_compute",  # kernels on an accelerator plane
     "host_op",  # a TF op (or XLA thunk/fusion) executed on a host thread
     "convert",  # host-side tensor creation: convert_to_tensor, tf.constant, eager casts
@@ -58,6 +59,8 @@ _INPUT_WAIT = re.compile(
     r"EagerLocalExecute: IteratorGetNext.*|MultiDeviceIteratorGetNextFromShard|"
     r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
 )
+_GET_NEXT_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional",
+                           "MultiDeviceIteratorGetNextFromShard"})
 # The consumer's side of GetNext, on whichever thread runs the IteratorGetNext op: in graph mode
 # (Keras 3 `multi_step_on_iterator`) TF runs it on a tf_data_* thread, not the Python thread.
 _CONSUMER_WAIT = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::\w+|"
@@ -72,8 +75,12 @@ _SCOPE_COLLECTIVE = re.compile(r"(?i)(^|/)(all_reduce|allreduce|all_to_all|allto
                                r"allgather|reduce_scatter|cross_replica_sum)(_\d+)?(/|$)")
 _LAUNCH = re.compile(
     r"^(cu|cuda)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel|"
-    r"Memcpy\w*|Memset\w*|GraphLaunch|StreamSynchronize|EventRecord|CtxSynchronize)(_v\d+)?$"
+    r"Memset\w*|GraphLaunch|EventRecord)(_v\d+)?$"
 )
+# Host copy calls wait for their copy (and, when synchronous or from pageable memory, for the
+# stream to reach it): copy time, not launch overhead; the direction is in the driver API's name.
+_CUDA_COPY = re.compile(r"^(cu|cuda)Memcpy\w*$")
+_SYNC = re.compile(r"^(cu|cuda)(Device|Stream|Event|Ctx)Synchronize(_v\d+)?$")
 _CONVERT = re.compile(
     r"^(convert_to_tensor|tf\.constant|EagerLocalExecute: (Cast|_EagerConst|DeepCopy))$"
 )
@@ -82,13 +89,18 @@ _FRAMEWORK = re.compile(
     r"TFE_Py_\w+|FunctionRun|ExecutorState::.*|ExecutorDoneCallback|ParallelFor|"
     r"ThunkExecutor::Execute|BlockUntilReady|CpuExecutable::\w+|TraceContext|SessionRun|"
     r"RunGraph|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"
-    r"InstantiatedCapturedFunction::\w+|tf\.function-graph_building)$"
+    r"InstantiatedCapturedFunction::\w+|tf\.function-graph_building|MemoryAllocation|"
+    r"MemoryDeallocation|ExecutorPropagateOutputs|RemoteCallOp(Done)?|RemoteCall: Instantiate: .*)$"
 )
 # Tracing a tf.function's Python body; conversions inside it are symbolic (graph construction).
 GRAPH_BUILDING = "tf.function-graph_building"
 _H2D = re.compile(r"(?i)^(MemcpyH2D|Memcpy HtoD.*|MemcpyHtoD.*|HostToDevice.*|EagerCopyToDevice)$")
 _D2H = re.compile(r"(?i)^(MemcpyD2H|Memcpy DtoH.*|MemcpyDtoH.*|DeviceToHost.*)$")
 _D2D = re.compile(r"(?i)^(MemcpyD2D|MemcpyP2P|Memcpy DtoD.*|Memcpy PtoP.*|MemcpyDtoD.*)$")
+# Ops that call a function (tf.distribute's MultiDeviceIterator reaches the host iterator through
+# a RemoteCall of its `_next_func`): the function's own ops and iterator stages have their own
+# events, so the call itself is framework time.
+_CALL_OPS = frozenset({"RemoteCall", "PartitionedCall", "StatefulPartitionedCall"})
 _SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
 
 
@@ -106,19 +118,34 @@ def op_type_of(name: str) -> str:
     return name
 
 
-# What classification may know of an event's thread: tf.data's threads, TF's other pools, or
-# anything else (Python, CUPTI, ...). Keeping it this coarse lets add_derived classify each
-# (name, plane kind, line class) once instead of each event.
-LINE_CLASSES = ("tf_data", "tf_pool", "other")
+# Lines xprof derives from the raw ones (xprof's xplane_schema names; docs/trace-signals.md,
+# "Derived lines"): TF 2.2-2.4 saved them into the xplane, and xprof's JSON export has them. Their
+# events repeat the kernels' time (a step, an op, a name scope spanning many kernels), so they
+# feed no kind; the `Steps` line is read as a step source.
+DERIVED_LINES = frozenset({
+    "Steps", "Sparse Core Steps", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope",
+    "Framework Name Scope", "XLA Ops", "Async XLA Ops", "XLA Modules", "Launch Stats",
+    "Source code",
+})
+STEPS_LINE = "Steps"
+
+# What classification may know of an event's thread: tf.data's threads, TF's other pools, derived
+# lines, or anything else (Python, CUPTI, ...). Keeping it this coarse lets add_derived classify
+# each (name, plane kind, line class) once instead of each event.
+LINE_CLASSES = ("tf_data", "tf_pool", "derived", "other")
 
 
 def line_class(line: str) -> str:
     if line.startswith("tf_data"):
         return "tf_data"
+    if line in DERIVED_LINES:
+        return "derived"
     return "tf_pool" if line.startswith("tf_") else "other"
 
 
 def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
+    if line_cls == "derived":
+        return "other"
     if device:
         if _H2D.match(name):
             return "h2d"
@@ -135,8 +162,14 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
         return "input_work"
     if _H2D.match(name):
         return "h2d"
-    if _INPUT_WAIT.match(name) or op_type in ("IteratorGetNext", "IteratorGetNextAsOptional"):
+    if _D2H.match(name):
+        return "d2h"
+    if _INPUT_WAIT.match(name) or op_type in _GET_NEXT_OPS:
         return "input_wait"
+    if _CUDA_COPY.match(name):
+        return "d2h" if "DtoH" in name else "d2d" if ("DtoD" in name or "Peer" in name) else "h2d"
+    if _SYNC.match(name):
+        return "sync"
     if _LAUNCH.match(name):
         return "launch"
     if _COLLECTIVE.search(op_type) or _SCOPE_COLLECTIVE.search(name.split(":")[0]):
@@ -145,7 +178,7 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
         return "d2d"
     if _CONVERT.match(name):
         return "convert"
-    if _FRAMEWORK.match(name):
+    if _FRAMEWORK.match(name) or op_type in _CALL_OPS:
         return "framework"
     if op_type != name or (line_cls == "tf_pool" and "::" not in name):
         return "host_op"
@@ -357,8 +390,53 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         ni, c = divmod(int(k), key_width)
         device, cls = divmod(c, n_cls)
         table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
-    df["kind"] = _categorical(table[key], list(KINDS))
+    kind = table[key]
+    _mark_launches(df, kind)
+    df["kind"] = _categorical(kind, list(KINDS))
     return df
+
+
+_HOST_OP, _LAUNCH_KIND = KINDS.index("host_op"), KINDS.index("launch")
+_RELABELED = (_HOST_OP, KINDS.index("other"))
+
+
+def _mark_launches(df: pd.DataFrame, kind: np.ndarray) -> None:
+    """Relabel, in `kind`, the host side of device work as launch time: host events carrying a
+    `correlation_id` are CUDA API calls (CUPTI links each to its kernel or copy, whatever the
+    call is named: TF 2.4 names a launch after its kernel), and a TF op event around such a call
+    on the same thread is a device op being dispatched, not host compute
+    (docs/trace-signals.md, "GPU traces")."""
+    rows, _ = present_stat(df, "correlation_id")
+    if not len(rows):
+        return
+    on_host = np.array([not is_device_plane(str(p)) for p in df["plane"].cat.categories] + [True])
+    plane_codes = df["plane"].array.codes
+    rows = rows[on_host[plane_codes[rows]]]
+    if not len(rows):
+        return
+    kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
+    # Threads as (plane, line id) codes: line names repeat across threads.
+    thread = plane_codes.astype(np.int64) * (len(df["line_id"].cat.categories) + 1) + \
+        df["line_id"].array.codes
+    ops = np.flatnonzero(kind == _HOST_OP)
+    ops = ops[np.isin(thread[ops], np.unique(thread[rows]))]
+    if not len(ops):
+        return
+    starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    for t in np.unique(thread[rows]).tolist():
+        op = ops[thread[ops] == t]
+        if not len(op):
+            continue
+        op = op[np.argsort(starts[op], kind="stable")]
+        calls = rows[thread[rows] == t]
+        # Events on a thread nest: of the ops started before a call, the one reaching furthest
+        # holds it if any does (an allocation or sibling op that started later ended before it).
+        reach = np.maximum.accumulate(ends[op])
+        furthest = np.maximum.accumulate(np.where(ends[op] == reach, np.arange(len(op)), 0))
+        i = np.searchsorted(starts[op], starts[calls], side="right") - 1
+        j = furthest[np.maximum(i, 0)]
+        held = (i >= 0) & (ends[op[j]] >= ends[calls])
+        kind[op[j[held]]] = _LAUNCH_KIND
 
 
 def empty_events() -> pd.DataFrame:

@@ -3,9 +3,10 @@
 Steps come, in order of preference, from
 1. step markers: host events carrying a `step_num` stat (`tf.profiler.experimental.Trace(name,
    step_num=..., _r=1)`, Keras' `train` trace, PyTorch's `ProfilerStep#N`);
-2. repeated calls of one compiled train function (`__inference_*` on the host), step i running from
+2. xprof's derived `Steps` line on a device plane (older TF saved it; docs/trace-signals.md);
+3. repeated calls of one compiled train function (`__inference_*` on the host), step i running from
    call i to call i+1;
-3. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
+4. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
    (a plain-Python step, or Keras with run_eagerly=True, pulls one batch per step), step i running
    from fetch i to fetch i+1;
 and a trace with none of these gets an explicit "no steps found".
@@ -25,18 +26,28 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_map, cat_mask, is_device_plane, on_thread, present_stat
+from analyzers.events import (
+    STEPS_LINE,
+    cat_map,
+    cat_mask,
+    is_device_plane,
+    on_thread,
+    present_stat,
+)
 
-# Breakdown categories, highest priority first, with the event kinds feeding each.
+# Breakdown categories, highest priority first, with the event kinds feeding each. A launch (the
+# host issuing device work, CUDA API calls and the ops around them) outranks a wait: an iterator
+# fetching ahead on its own thread does not hold up a device that the launching thread is feeding
+# (docs/trace-signals.md, "GPU traces"). CPU traces have no launch events.
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "device_compute": ("device_compute",),
     "host_compute": ("host_op",),
     "collective": ("collective",),
     "copy_d2d": ("d2d",),
     "copy_h2d": ("h2d", "d2h"),
+    "launch": ("launch",),
     "input_wait": ("input_wait",),
     "convert": ("convert",),
-    "launch": ("launch",),
     "framework": ("framework",),
 }
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
@@ -107,6 +118,9 @@ def find_step_windows(events: pd.DataFrame
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
             return _chain(w), f"markers:{best}", _main_thread(m)
+    device_steps = _device_steps(events)
+    if device_steps is not None:
+        return device_steps
     host = cat_mask(events["plane"], lambda p: not is_device_plane(p))
     calls = events[host & cat_mask(events["name"], _TRAIN_FN.search)]
     if len(calls):
@@ -133,6 +147,27 @@ def find_step_windows(events: pd.DataFrame
             return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, thread)
     return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
             (None, None))
+
+
+def _device_steps(events: pd.DataFrame
+                  ) -> tuple[pd.DataFrame, str, tuple[None, None]] | None:
+    """Steps from xprof's derived `Steps` line of a device plane (TF 2.2-2.4 saved it into the
+    xplane; xprof's JSON export has it): one event per step the device ran. Devices run the same
+    steps side by side, so one device's line gives the windows: the one with the most steps."""
+    on_line = cat_mask(events["line"], STEPS_LINE.__eq__)
+    if not on_line.any():
+        return None
+    marked = events.loc[on_line & cat_mask(events["plane"], is_device_plane),
+                        ["plane", "start_ns", "end_ns"]]
+    if marked.empty:
+        return None
+    per_plane = marked.groupby("plane", observed=True).size()
+    plane = min(map(str, per_plane[per_plane == per_plane.max()].index))
+    m = marked[marked["plane"] == plane].sort_values("start_ns")
+    w = pd.DataFrame({"step": np.arange(len(m)), "start_ns": m["start_ns"].to_numpy(),
+                      "end_ns": m["end_ns"].to_numpy()})
+    # The step-driving host thread is not named by a device line.
+    return _chain(w), f"device:{STEPS_LINE} ({plane})", (None, None)
 
 
 def _chain(w: pd.DataFrame) -> pd.DataFrame:

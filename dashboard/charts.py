@@ -13,7 +13,8 @@ from analyzers.steps import ALL_CATEGORIES, CATEGORIES, IDLE
 # One colour per event kind, stable across pages (input waits and copies stand out).
 KIND_COLORS = {
     "input_wait": "#d62728", "input_work": "#ff9896", "h2d": "#ff7f0e", "d2h": "#ffbb78",
-    "d2d": "#c5b0d5", "collective": "#9467bd", "launch": "#bcbd22", "device_compute": "#2ca02c",
+    "d2d": "#c5b0d5", "collective": "#9467bd", "launch": "#bcbd22", "sync": "#dbdb8d",
+    "device_compute": "#2ca02c",
     "host_op": "#98df8a", "convert": "#e377c2", "framework": "#7f7f7f", "other": "#c7c7c7",
 }
 # A step category takes the colour of the first kind it is fed by (analyzers.steps.CATEGORIES).

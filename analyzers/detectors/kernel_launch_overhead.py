@@ -30,9 +30,10 @@ RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
 # tensors, so it does not count) (docs/trace-signals.md, "Signals the detectors key on").
 MIN_LOOKUPS_TO_FUSE = 4
 _LOOKUP = re.compile(r":ResourceGather$")
-# Event kinds of the breakdown categories that take priority over launch and framework time.
-_ABOVE_FRAMEWORK = tuple(k for c in list(CATEGORIES)[:list(CATEGORIES).index("launch")]
-                         for k in CATEGORIES[c])
+# Event kinds of the breakdown categories that take priority over framework time, launch aside
+# (it is counted with framework as dispatch overhead).
+_ABOVE_FRAMEWORK = tuple(k for c in list(CATEGORIES)[:list(CATEGORIES).index("framework")]
+                         if c != "launch" for k in CATEGORIES[c])
 
 
 def detect(ctx: Context) -> Finding | None:

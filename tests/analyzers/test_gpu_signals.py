@@ -1,0 +1,136 @@
+"""GPU trace signals that older TF versions and xprof's exports write (docs/trace-signals.md,
+"GPU traces"): derived device lines, the device `Steps` line as a step source, host CUDA API calls
+and the TF ops that issue them. Code-built traces; the recorded TF GPU trace is in
+test_recorded_traces.py."""
+
+from __future__ import annotations
+
+from analyzers.ingest.logdir import load_run
+from analyzers.steps import step_breakdown
+from tests.analyzers.xspace_builder import XSpaceBuilder
+
+MS = 1_000_000
+US = 1_000
+KERNEL = "void Eigen::internal::EigenMetaKernel<float>(int)"
+
+
+def _gpu_with_derived_lines(b: XSpaceBuilder, plane: str, plane_id: int, steps: int,
+                            step_ms: int = 10) -> None:
+    """Per step: 4 kernels of 1 ms on a stream, and the lines xprof derives from them: one
+    `Steps` event over the step, a `TensorFlow Ops` event per kernel, a name scope over all."""
+    gpu = b.plane(plane, plane_id=plane_id)
+    stream = gpu.line("Stream #7(Compute)", line_id=7)
+    step_line = gpu.line("Steps", line_id=-1)
+    ops = gpu.line("TensorFlow Ops", line_id=-2)
+    scope = gpu.line("TensorFlow Name Scope", line_id=-3)
+    xla = gpu.line("XLA Ops", line_id=-4)
+    for i in range(steps):
+        t0 = i * step_ms * MS
+        step_line.event(str(i), t0, (step_ms - 1) * MS)
+        scope.event("replica_0", t0, (step_ms - 2) * MS)
+        for k in range(4):
+            ks = t0 + 2 * k * MS
+            stream.event(KERNEL, ks, MS, correlation_id=100 * i + k)
+            ops.event("dense/MatMul", ks, MS)
+            xla.event("fusion.1", ks, MS)
+
+
+def test_derived_device_lines_feed_no_kind(tmp_path):
+    b = XSpaceBuilder()
+    main = b.plane("/host:CPU").line("python3", line_id=1)
+    for i in range(2):
+        main.event("train", i * 10 * MS, 10 * MS, step_num=i, _r=1)
+    _gpu_with_derived_lines(b, "/device:GPU:0", 1, steps=2)
+    b.write(tmp_path)
+    events = load_run(tmp_path).events
+    by_line = events.groupby("line", observed=True)["kind"].agg(lambda k: set(map(str, k)))
+    assert by_line["Stream #7(Compute)"] == {"device_compute"}
+    for line in ("Steps", "TensorFlow Ops", "TensorFlow Name Scope", "XLA Ops"):
+        assert by_line[line] == {"other"}, line
+    steps = step_breakdown(events)
+    assert steps.source == "markers:train"  # host markers win over the device line
+    # Only the kernels count as device compute: 4 of each 10 ms step, not the name scope's 8.
+    assert steps.table["device_compute"].tolist() == [4 * MS, 4 * MS]
+
+
+def test_device_steps_line_is_a_step_source(tmp_path):
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").line("python3", line_id=1).event("some_python_work", 0, MS)
+    _gpu_with_derived_lines(b, "/device:GPU:1", 2, steps=2)
+    _gpu_with_derived_lines(b, "/device:GPU:0", 1, steps=3)
+    b.write(tmp_path)
+    steps = step_breakdown(load_run(tmp_path).events)
+    # The device with the most steps gives the windows; each runs to the next one's start.
+    assert steps.source == "device:Steps (/device:GPU:0)"
+    assert steps.table["start_ns"].tolist() == [0, 10 * MS, 20 * MS]
+    assert steps.table["dur_ns"].tolist() == [10 * MS, 10 * MS, 9 * MS]
+    assert steps.line is None and steps.thread is None
+    # Both GPUs' kernels run inside the first two windows.
+    assert steps.table["device_compute"].tolist() == [4 * MS, 4 * MS, 4 * MS]
+
+
+def test_device_steps_line_on_a_host_plane_is_not_a_step_source(tmp_path):
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").line("Steps", line_id=1).event("0", 0, MS)
+    b.write(tmp_path)
+    assert step_breakdown(load_run(tmp_path).events).source == "none"
+
+
+def _launcher_trace(tmp_path):
+    """TF 2.4-style: the GPU op runs on a `tf_gpu_private` thread, and CUPTI's host launch
+    event (named after the kernel, with a correlation_id) sits inside the op's event."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    launcher = host.line("tf_gpu_private_0/5", line_id=5)
+    compute = host.line("tf_Compute/6", line_id=6)
+    fetch = host.line("tf_data_iterator_get_next/7", line_id=7)
+    stream = b.plane("/device:GPU:0", plane_id=1).line("Stream #7(Compute)", line_id=7)
+    main.event("train", 0, 10 * MS, step_num=0, _r=1)
+    # The op issuing a kernel; an allocation starting inside it ends before its launch.
+    launcher.event("dense/MatMul:MatMul", 0, 3 * MS)
+    launcher.event("MemoryAllocation", 100 * US, 0)
+    launcher.event(KERNEL, 200 * US, 2 * MS, correlation_id=1)
+    stream.event(KERNEL, 3 * MS, MS, correlation_id=1)
+    # A host op issuing no device work stays host compute.
+    compute.event("strings/StringSplit:StringSplitV2", 4 * MS, 2 * MS)
+    # An iterator fetching ahead on its own thread while the launcher issues the next kernel.
+    fetch.event("IteratorGetNextOp::DoCompute", 6 * MS, 3 * MS)
+    launcher.event("dense/BiasAdd:BiasAdd", 7 * MS, MS)
+    launcher.event("cudaLaunchKernel", 7 * MS + 100 * US, 500 * US, correlation_id=2)
+    stream.event(KERNEL, 8 * MS + 500 * US, 100 * US, correlation_id=2)
+    # CUDA API calls that wait, from CUPTI's driver-API lines.
+    cupti = b.plane("/host:CUPTI").line("Host Threads/5", line_id=5)
+    cupti.event("cuMemcpyDtoHAsync_v2", 9 * MS, 100 * US, correlation_id=3)
+    cupti.event("cuMemcpyHtoDAsync_v2", 9 * MS + 200 * US, 100 * US, correlation_id=4)
+    cupti.event("cuCtxSynchronize", 9 * MS + 400 * US, 100 * US, correlation_id=5)
+    cupti.event("cuStreamSynchronize", 9 * MS + 600 * US, 100 * US)
+    b.write(tmp_path)
+    return load_run(tmp_path).events
+
+
+def test_cuda_api_calls_and_the_ops_issuing_them(tmp_path):
+    events = _launcher_trace(tmp_path)
+    kind = {str(n): set(map(str, k)) for n, k in
+            events.groupby("name", observed=True)["kind"]}
+    assert kind["dense/MatMul:MatMul"] == {"launch"}  # holds a launch: dispatching device work
+    assert kind["dense/BiasAdd:BiasAdd"] == {"launch"}
+    assert kind["strings/StringSplit:StringSplitV2"] == {"host_op"}
+    assert kind[KERNEL] == {"launch", "device_compute"}  # the host launch event and the kernel
+    assert kind["cudaLaunchKernel"] == {"launch"}
+    assert kind["cuMemcpyDtoHAsync_v2"] == {"d2h"}
+    assert kind["cuMemcpyHtoDAsync_v2"] == {"h2d"}
+    # A wait is not launch overhead, with or without a correlation id.
+    assert kind["cuCtxSynchronize"] == kind["cuStreamSynchronize"] == {"sync"}
+    assert kind["MemoryAllocation"] == {"framework"}
+
+
+def test_launching_outranks_an_iterator_fetching_ahead(tmp_path):
+    row = step_breakdown(_launcher_trace(tmp_path)).table.iloc[0]
+    # 6-9 ms: the fetch runs throughout; the BiasAdd's launch (7-8 ms) counts as launch, and the
+    # kernel from 8.5 ms as device compute.
+    assert row["input_wait"] == 1_900 * US  # 6-7, 8-8.5 and 8.6-9 ms
+    assert row["launch"] == 3 * MS + MS  # MatMul 0-3 ms, BiasAdd 7-8 ms
+    assert row["device_compute"] == MS + 100 * US
+    assert row["host_compute"] == 2 * MS
+    assert row["copy_h2d"] == 200 * US
