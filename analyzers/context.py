@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_mask, is_device_plane, present_values
+from analyzers.events import cat_mask, is_device_plane, is_torch_op, present_values
 from analyzers.ingest.logdir import RunData
 from analyzers.scaling import metadata_device_count
 from analyzers.steps import Steps, chunks, clip_to_steps, step_breakdown
@@ -182,6 +182,13 @@ class Context:
         ids = {m for n in names for m in _CPU_DEVICE.findall(n)}
         replicas = [int(a or b) + 1 for n in names for a, b in _REPLICA.findall(n)]
         return max(len(ids), max(replicas, default=1), 1)
+
+    @cached_property
+    def framework(self) -> str:
+        """"pytorch" when the trace holds PyTorch operator events (`aten::...`), else
+        "tensorflow": remedies name the framework's own APIs."""
+        return "pytorch" if any(is_torch_op(n) for n in present_values(self.events["name"])
+                                ) else "tensorflow"
 
     @cached_property
     def n_cpus(self) -> int | None:

@@ -81,6 +81,8 @@ _LAUNCH = re.compile(
 # stream to reach it): copy time, not launch overhead; the direction is in the driver API's name.
 _CUDA_COPY = re.compile(r"^(cu|cuda)Memcpy\w*$")
 _SYNC = re.compile(r"^(cu|cuda)(Device|Stream|Event|Ctx)Synchronize(_v\d+)?$")
+# Kineto's `cuda_sync` events: a stream (or the host) waiting on another, on the device's row.
+_DEVICE_SYNC = re.compile(r"^(Stream Wait Event|Stream Sync|Event Sync|Context Sync)$")
 _CONVERT = re.compile(
     r"^(convert_to_tensor|tf\.constant|EagerLocalExecute: (Cast|_EagerConst|DeepCopy))$"
 )
@@ -101,6 +103,15 @@ _D2D = re.compile(r"(?i)^(MemcpyD2D|MemcpyP2P|Memcpy DtoD.*|Memcpy PtoP.*|Memcpy
 # a RemoteCall of its `_next_func`): the function's own ops and iterator stages have their own
 # events, so the call itself is framework time.
 _CALL_OPS = frozenset({"RemoteCall", "PartitionedCall", "StatefulPartitionedCall"})
+# PyTorch's operator events (`cpu_op`): namespaced op names, nested (aten::linear > aten::addmm).
+_TORCH_OP = re.compile(r"^(aten|autograd|c10d|_c10d_functional|torchvision|quantized|prim|"
+                       r"fbgemm)::")
+
+
+def is_torch_op(name: str) -> bool:
+    return bool(_TORCH_OP.match(name))
+
+
 _SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
 
 
@@ -122,10 +133,13 @@ def op_type_of(name: str) -> str:
 # "Derived lines"): TF 2.2-2.4 saved them into the xplane, and xprof's JSON export has them. Their
 # events repeat the kernels' time (a step, an op, a name scope spanning many kernels), so they
 # feed no kind; the `Steps` line is read as a step source.
+# The Chrome reader puts PyTorch's GPU user annotations (Kineto's copies of CPU annotations over
+# the kernels they launched) on a line of their own, derived in the same sense.
+GPU_ANNOTATIONS_LINE = "GPU user annotations"
 DERIVED_LINES = frozenset({
     "Steps", "Sparse Core Steps", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope",
     "Framework Name Scope", "XLA Ops", "Async XLA Ops", "XLA Modules", "Launch Stats",
-    "Source code",
+    "Source code", GPU_ANNOTATIONS_LINE,
 })
 STEPS_LINE = "Steps"
 
@@ -155,6 +169,8 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
             return "d2d"
         if _COLLECTIVE.search(name):
             return "collective"
+        if _DEVICE_SYNC.match(name):
+            return "sync"
         return "device_compute"
     if _CONSUMER_WAIT.match(name):
         return "input_wait"
@@ -180,7 +196,7 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
         return "convert"
     if _FRAMEWORK.match(name) or op_type in _CALL_OPS:
         return "framework"
-    if op_type != name or (line_cls == "tf_pool" and "::" not in name):
+    if op_type != name or (line_cls == "tf_pool" and "::" not in name) or _TORCH_OP.match(name):
         return "host_op"
     return "other"
 
@@ -397,15 +413,16 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
 
 
 _HOST_OP, _LAUNCH_KIND = KINDS.index("host_op"), KINDS.index("launch")
+_FRAMEWORK_KIND = KINDS.index("framework")
 _RELABELED = (_HOST_OP, KINDS.index("other"))
 
 
 def _mark_launches(df: pd.DataFrame, kind: np.ndarray) -> None:
     """Relabel, in `kind`, the host side of device work as launch time: host events carrying a
     `correlation_id` are CUDA API calls (CUPTI links each to its kernel or copy, whatever the
-    call is named: TF 2.4 names a launch after its kernel), and a TF op event around such a call
-    on the same thread is a device op being dispatched, not host compute
-    (docs/trace-signals.md, "GPU traces")."""
+    call is named: TF 2.4 names a launch after its kernel), and an op event (TF's, or PyTorch's
+    aten ops) around such a call on the same thread is a device op being dispatched, not host
+    compute (docs/trace-signals.md, "GPU traces")."""
     rows, _ = present_stat(df, "correlation_id")
     if not len(rows):
         return
@@ -423,20 +440,28 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray) -> None:
     if not len(ops):
         return
     starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    name_codes = df["name"].array.codes
+    torch_op = np.array([bool(_TORCH_OP.match(str(n))) for n in df["name"].cat.categories]
+                        + [False])
     for t in np.unique(thread[rows]).tolist():
         op = ops[thread[ops] == t]
         if not len(op):
             continue
-        op = op[np.argsort(starts[op], kind="stable")]
         calls = rows[thread[rows] == t]
-        # Events on a thread nest: of the ops started before a call, the one reaching furthest
-        # holds it if any does (an allocation or sibling op that started later ended before it).
-        reach = np.maximum.accumulate(ends[op])
-        furthest = np.maximum.accumulate(np.where(ends[op] == reach, np.arange(len(op)), 0))
-        i = np.searchsorted(starts[op], starts[calls], side="right") - 1
-        j = furthest[np.maximum(i, 0)]
-        held = (i >= 0) & (ends[op[j]] >= ends[calls])
-        kind[op[j[held]]] = _LAUNCH_KIND
+        calls = calls[np.argsort(starts[calls], kind="stable")]
+        # A thread makes one API call at a time, so of the calls starting inside an op the first
+        # ends first: the op holds a call iff that one ends inside it. Every level of a nest of
+        # ops (PyTorch's aten::linear > aten::addmm) is tested on its own.
+        first = np.searchsorted(starts[calls], starts[op], side="left")
+        inside = first < len(calls)
+        holds = np.zeros(len(op), dtype=bool)
+        holds[inside] = ends[calls[first[inside]]] <= ends[op[inside]]
+        kind[op[holds]] = _LAUNCH_KIND
+        # A PyTorch op that launches nothing on a launching thread is bookkeeping around device
+        # tensors (view, empty, narrow, as_strided...): dispatch cost, not host compute. TF ops
+        # stay: a host-placed TF op there is real CPU work.
+        idle = op[~holds]
+        kind[idle[torch_op[name_codes[idle]]]] = _FRAMEWORK_KIND
 
 
 def empty_events() -> pd.DataFrame:

@@ -30,6 +30,15 @@ RECOVERABLE = 0.5  # share of dispatch overhead fusion removes
 # tensors, so it does not count) (docs/trace-signals.md, "Signals the detectors key on").
 MIN_LOOKUPS_TO_FUSE = 4
 _LOOKUP = re.compile(r":ResourceGather$")
+_REMEDY = {
+    "tensorflow": ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
+                   "compile(jit_compile=True)) so fused kernels replace chains of small ops"),
+    "pytorch": ("Compile the model with torch.compile (fused kernels replace chains of small "
+                "ops; mode=\"reduce-overhead\" also replays the step as a CUDA graph, one launch "
+                "for all its kernels), or capture the step yourself with torch.cuda.graph or "
+                "torch.cuda.make_graphed_callables; "
+                "a larger batch spreads the same launches over more samples"),
+}
 # Event kinds of the breakdown categories that take priority over framework time, launch aside
 # (it is counted with framework as dispatch overhead).
 _ABOVE_FRAMEWORK = tuple(k for c in list(CATEGORIES)[:list(CATEGORIES).index("framework")]
@@ -66,8 +75,7 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.config:
         asked = ("xla", "fused_tables") if fuse else ("xla",)
         changes = {k: True for k in asked if ctx.config.get(k) is False}
-    remedy = ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
-              "compile(jit_compile=True)) so fused kernels replace chains of small ops")
+    remedy = _REMEDY[ctx.framework]
     evidence = [f"{per_step:.0f} {what} per step, median {median_us:.1f} µs",
                 f"launch/executor time not covered by any op: {overhead:.1%} of the step",
                 f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"]

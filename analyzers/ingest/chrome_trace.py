@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events
+from analyzers.events import GPU_ANNOTATIONS_LINE, STAT_COLUMNS, TEXT_STATS, build_events
 
-_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
 # xprof's view JSON prefixes the host: `vm /host:CPU`, `vm /device:GPU:0`.
 _PLANE = re.compile(r"(?:^|\s)(/(?:host|device):\S+)$")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -88,8 +88,11 @@ def read_chrome_trace(path: Path, host: str,
             planes.append(pname)
         else:
             planes.append("/host:CPU")
-    lines = [thread_names.get((p, t), _tid_text(t)) for p, t in zip(ev["pid"], ev["tid"],
-                                                                     strict=True)]
+    # Kineto copies a CPU annotation onto the stream of the kernels it launched: a span over
+    # them, not device work of its own (docs/trace-signals.md, "PyTorch GPU traces").
+    lines = [GPU_ANNOTATIONS_LINE if cat == "gpu_user_annotation"
+             else thread_names.get((p, t), _tid_text(t))
+             for p, t, cat in zip(ev["pid"], ev["tid"], cats, strict=True)]
     names = ev["name"].fillna("").astype(str)
     # xprof's trace-viewer export names an event by its metadata's short display name
     # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`

@@ -134,3 +134,72 @@ def test_launching_outranks_an_iterator_fetching_ahead(tmp_path):
     assert row["device_compute"] == MS + 100 * US
     assert row["host_compute"] == 2 * MS
     assert row["copy_h2d"] == 200 * US
+
+
+# ---- PyTorch profiler (Kineto) traces ----------------------------------------------------------
+
+def _torch_trace(tmp_path, *, gpu: bool = True):
+    """One ProfilerStep: aten::linear > aten::addmm > cudaLaunchKernel, then an aten::view that
+    launches nothing; on the GPU the kernel, Kineto's copy of the DDP annotation over it, and a
+    stream waiting on an event. `gpu=False`: the same CPU ops with no launch or GPU at all."""
+    import json
+
+    host = {"pid": 10, "tid": 10}
+    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}},
+          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
+           **host},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 100, "dur": 800, **host},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 150, "dur": 700, **host},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::view", "ts": 1000, "dur": 400, **host}]
+    if gpu:
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 200,
+                "dur": 600, "args": {"correlation": 7}, **host},
+               {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0,
+                "tid": 7, "ts": 900, "dur": 300, "args": {"device": 0, "correlation": 7}},
+               {"ph": "X", "cat": "gpu_user_annotation", "name": "DistributedDataParallel.forward",
+                "pid": 0, "tid": 7, "ts": 900, "dur": 1000, "args": {"device": 0}},
+               {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7,
+                "ts": 1300, "dur": 400, "args": {"device": 0, "correlation": 9}}]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_pytorch_ops_annotations_and_syncs(tmp_path):
+    from analyzers.events import GPU_ANNOTATIONS_LINE
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    events, _ = read_chrome_trace(_torch_trace(tmp_path), "rank0")
+    kind = {str(n): str(k) for n, k in zip(events["name"], events["kind"], strict=True)}
+    assert kind["aten::linear"] == kind["aten::addmm"] == "launch"  # both levels of the nest
+    assert kind["aten::view"] == "framework"  # bookkeeping on the launching thread
+    assert kind["cudaLaunchKernel"] == "launch"
+    assert kind["ampere_sgemm_128x64_nn"] == "device_compute"
+    assert kind["Stream Wait Event"] == "sync"
+    ddp = events[events["name"] == "DistributedDataParallel.forward"].iloc[0]
+    assert (ddp["plane"], ddp["line"], ddp["kind"]) == ("/device:GPU:0", GPU_ANNOTATIONS_LINE,
+                                                       "other")
+    row = step_breakdown(events).table.iloc[0]
+    # Only the kernel is device work: not the 1 ms annotation over it, nor the stream's wait.
+    assert row["device_compute"] == 300 * US
+    assert row["launch"] == 800 * US  # aten::linear, 0.1-0.9 ms
+    assert row["framework"] == 200 * US  # the view, 1.0-1.4 ms, after the kernel (0.9-1.2)
+
+
+def test_pytorch_ops_without_a_gpu_are_host_compute(tmp_path):
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    events, _ = read_chrome_trace(_torch_trace(tmp_path, gpu=False), "rank0")
+    assert set(map(str, events.loc[events["name"].astype(str).str.startswith("aten::"),
+                                   "kind"])) == {"host_op"}
+
+
+def test_remedies_name_the_framework_of_the_trace(tmp_path):
+    from analyzers.context import Context
+
+    (tmp_path / "t").mkdir()
+    assert Context.build(load_run(_torch_trace(tmp_path / "t"))).framework == "pytorch"
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").line("python3", line_id=1).event("train", 0, MS, step_num=0, _r=1)
+    b.write(tmp_path / "tf")
+    assert Context.build(load_run(tmp_path / "tf")).framework == "tensorflow"

@@ -7,6 +7,8 @@ the same (docs/trace-signals.md, "TF 2.15"). No TensorFlow is needed to run thes
 
 `data/tf2.4-gpu/bert_multiworker.xplane.pb.gz`: a real TF GPU trace, not ours (data/README.md):
 BERT fine-tuning under MultiWorkerMirroredStrategy, TF 2.2-2.4 era, CUDA GPUs.
+`data/pytorch-gpu/ddp_cnn_rank0.json.gz`: a real PyTorch profiler trace, rank 0 of a 2-GPU DDP job
+(A100, NCCL) from HolisticTraceAnalysis's test data (data/README.md).
 """
 
 from __future__ import annotations
@@ -80,3 +82,22 @@ def test_recorded_tf_gpu_trace(tmp_path):
     assert launch.step_fraction == pytest.approx(0.13, abs=0.03)
     # Severity follows the estimate: half of ~13% is a low-severity gain.
     assert {f.id for f in report.findings if f.severity in ("medium", "high")} == set()
+
+
+def test_recorded_pytorch_gpu_trace(tmp_path):
+    """A launch-bound PyTorch DDP step (docs/trace-signals.md, "PyTorch GPU traces"): the GPU
+    runs kernels about a fifth of the step while the host thread dispatches ~930 small kernels."""
+    (tmp_path / "rank0.pt.trace.json.gz").write_bytes(
+        (DATA / "pytorch-gpu" / "ddp_cnn_rank0.json.gz").read_bytes())
+    report = analyze(tmp_path)
+    ctx = report.ctx
+    assert ctx.steps.source == "markers:ProfilerStep#N" and ctx.n_steps == 3
+    assert ctx.framework == "pytorch"
+    # Kineto's GPU copies of the DDP forward/backward annotations span most of the step: read
+    # as kernels they made the GPU look 60% busy.
+    assert ctx.fractions["device_compute"] < 0.25
+    assert ctx.fractions["launch"] > 0.4
+    found = {f.id: f for f in report.findings}
+    launch = found["kernel_launch_overhead"]
+    assert launch.severity == "high" and launch.numbers["ops_per_step"] > 900
+    assert "torch.compile" in launch.remedy and "jit_compile" not in launch.remedy
