@@ -106,13 +106,11 @@ _CALL_OPS = frozenset({"RemoteCall", "PartitionedCall", "StatefulPartitionedCall
 # PyTorch's operator events (`cpu_op`): namespaced op names, nested (aten::linear > aten::addmm).
 _TORCH_OP = re.compile(r"^(aten|autograd|c10d|_c10d_functional|torchvision|quantized|prim|"
                        r"fbgemm)::")
+_SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
 
 
 def is_torch_op(name: str) -> bool:
     return bool(_TORCH_OP.match(name))
-
-
-_SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
 
 
 def is_device_plane(plane: str) -> bool:
@@ -130,7 +128,7 @@ def op_type_of(name: str) -> str:
 
 
 # Lines xprof derives from the raw ones (xprof's xplane_schema names; docs/trace-signals.md,
-# "Derived lines"): TF 2.2-2.4 saved them into the xplane, and xprof's JSON export has them. Their
+# "GPU traces"): TF 2.2-2.4 saved them into the xplane, and xprof's JSON export has them. Their
 # events repeat the kernels' time (a step, an op, a name scope spanning many kernels), so they
 # feed no kind; the `Steps` line is read as a step source.
 # The Chrome reader puts PyTorch's GPU user annotations (Kineto's copies of CPU annotations over
