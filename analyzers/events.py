@@ -134,12 +134,12 @@ def op_type_of(name: str) -> str:
 # The Chrome reader puts PyTorch's GPU user annotations (Kineto's copies of CPU annotations over
 # the kernels they launched) on a line of their own, derived in the same sense.
 GPU_ANNOTATIONS_LINE = "GPU user annotations"
+STEPS_LINE = "Steps"
 DERIVED_LINES = frozenset({
-    "Steps", "Sparse Core Steps", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope",
+    STEPS_LINE, "Sparse Core Steps", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope",
     "Framework Name Scope", "XLA Ops", "Async XLA Ops", "XLA Modules", "Launch Stats",
     "Source code", GPU_ANNOTATIONS_LINE,
 })
-STEPS_LINE = "Steps"
 
 # What classification may know of an event's thread: tf.data's threads, TF's other pools, derived
 # lines, or anything else (Python, CUPTI, ...). Keeping it this coarse lets add_derived classify
@@ -388,8 +388,9 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     df["op_type"] = _categorical(op_map[name_codes], list(op_uniq))
     # Key = name × plane kind × line class; each key present is classified once.
     n_cls = len(LINE_CLASSES)
-    plane_role = np.array([is_device_plane(str(p)) for p in df["plane"].cat.categories] + [0],
-                          dtype=np.int8) * np.int8(n_cls)
+    on_device = np.array([is_device_plane(str(p)) for p in df["plane"].cat.categories] + [0],
+                         dtype=np.int8)
+    plane_role = on_device * np.int8(n_cls)
     line_role = np.array([LINE_CLASSES.index(line_class(str(x)))
                           for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int8)
     key_width = 2 * n_cls
@@ -405,7 +406,7 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         device, cls = divmod(c, n_cls)
         table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
     kind = table[key]
-    _mark_launches(df, kind)
+    _mark_launches(df, kind, on_device.astype(bool))
     df["kind"] = _categorical(kind, list(KINDS))
     return df
 
@@ -415,37 +416,40 @@ _FRAMEWORK_KIND = KINDS.index("framework")
 _RELABELED = (_HOST_OP, KINDS.index("other"))
 
 
-def _mark_launches(df: pd.DataFrame, kind: np.ndarray) -> None:
+def _mark_launches(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) -> None:
     """Relabel, in `kind`, the host side of device work as launch time: host events carrying a
     `correlation_id` are CUDA API calls (CUPTI links each to its kernel or copy, whatever the
     call is named: TF 2.4 names a launch after its kernel), and an op event (TF's, or PyTorch's
     aten ops) around such a call on the same thread is a device op being dispatched, not host
-    compute (docs/trace-signals.md, "GPU traces")."""
+    compute (docs/trace-signals.md, "GPU traces"). `on_device`: per plane code (and a last
+    entry for code -1), whether the plane is a device's."""
     rows, _ = present_stat(df, "correlation_id")
-    if not len(rows):
-        return
-    on_host = np.array([not is_device_plane(str(p)) for p in df["plane"].cat.categories] + [True])
     plane_codes = df["plane"].array.codes
-    rows = rows[on_host[plane_codes[rows]]]
+    rows = rows[~on_device[plane_codes[rows]]]
     if not len(rows):
         return
     kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
-    # Threads as (plane, line id) codes: line names repeat across threads.
-    thread = plane_codes.astype(np.int64) * (len(df["line_id"].cat.categories) + 1) + \
-        df["line_id"].array.codes
+    line_ids = df["line_id"].array.codes
+    width = len(df["line_id"].cat.categories) + 1
+
+    def thread_of(idx: np.ndarray) -> np.ndarray:
+        # Threads as (plane, line id) codes: line names repeat across threads.
+        return plane_codes[idx].astype(np.int64) * width + line_ids[idx]
+
+    call_thread = thread_of(rows)
     ops = np.flatnonzero(kind == _HOST_OP)
-    ops = ops[np.isin(thread[ops], np.unique(thread[rows]))]
+    op_thread = thread_of(ops)
+    keep = np.isin(op_thread, call_thread)
+    ops, op_thread = ops[keep], op_thread[keep]
     if not len(ops):
         return
     starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
     name_codes = df["name"].array.codes
     torch_op = np.array([bool(_TORCH_OP.match(str(n))) for n in df["name"].cat.categories]
                         + [False])
-    for t in np.unique(thread[rows]).tolist():
-        op = ops[thread[ops] == t]
-        if not len(op):
-            continue
-        calls = rows[thread[rows] == t]
+    for t in np.unique(op_thread).tolist():
+        op = ops[op_thread == t]
+        calls = rows[call_thread == t]
         calls = calls[np.argsort(starts[calls], kind="stable")]
         # A thread makes one API call at a time, so of the calls starting inside an op the first
         # ends first: the op holds a call iff that one ends inside it. Every level of a nest of

@@ -154,13 +154,11 @@ def _device_steps(events: pd.DataFrame
     """Steps from xprof's derived `Steps` line of a device plane (TF 2.2-2.4 saved it into the
     xplane; xprof's JSON export has it): one event per step the device ran. Devices run the same
     steps side by side, so one device's line gives the windows: the one with the most steps."""
-    on_line = cat_mask(events["line"], STEPS_LINE.__eq__)
+    on_line = cat_mask(events["line"], STEPS_LINE.__eq__) & cat_mask(events["plane"],
+                                                                      is_device_plane)
     if not on_line.any():
         return None
-    marked = events.loc[on_line & cat_mask(events["plane"], is_device_plane),
-                        ["plane", "start_ns", "end_ns"]]
-    if marked.empty:
-        return None
+    marked = events.loc[on_line, ["plane", "start_ns", "end_ns"]]
     per_plane = marked.groupby("plane", observed=True).size()
     plane = min(map(str, per_plane[per_plane == per_plane.max()].index))
     m = marked[marked["plane"] == plane].sort_values("start_ns")

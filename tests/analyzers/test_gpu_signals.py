@@ -203,3 +203,31 @@ def test_remedies_name_the_framework_of_the_trace(tmp_path):
     b.plane("/host:CPU").line("python3", line_id=1).event("train", 0, MS, step_num=0, _r=1)
     b.write(tmp_path / "tf")
     assert Context.build(load_run(tmp_path / "tf")).framework == "tensorflow"
+
+
+def test_pingpong_remedy_names_the_framework(tmp_path):
+    """The same bounce (kernel, copy back, host op while the GPU idles) in a PyTorch trace and in
+    a TF one: each remedy names its own framework's calls."""
+    import json
+
+    from analyzers.report import analyze
+    from tests.analyzers.traces import gpu_trace
+
+    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+    for i in range(2):
+        t0 = i * 10_000
+        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
+                "tid": 10, "ts": t0, "dur": 9_900},
+               {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+                "ts": t0, "dur": 4_000, "args": {"device": 0}},
+               {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)",
+                "pid": 0, "tid": 7, "ts": t0 + 4_000, "dur": 100, "args": {"device": 0}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "pid": 10, "tid": 10,
+                "ts": t0 + 4_200, "dur": 3_800}]
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    torch = {f.id: f for f in analyze(tmp_path / "torch").findings}["host_device_pingpong"]
+    assert ".item()" in torch.remedy and "tf.debugging" not in torch.remedy
+    tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", kernel_ms=50, pingpong_ms=25,
+                                             devices=1)).findings}["host_device_pingpong"]
+    assert "tf.debugging.set_log_device_placement" in tf.remedy and ".item()" not in tf.remedy
