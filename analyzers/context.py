@@ -163,9 +163,14 @@ class Context:
                  np.concatenate((starts[kept], c_s)), np.concatenate((ends[kept], c_e)))
         return tuple(a[order] for a in parts)
 
+    def present(self, col: str) -> list[str]:
+        """The distinct values of a categorical event column that some event holds (a pass over
+        every row, so once per column and run)."""
+        return self.memo(f"present:{col}", lambda: present_values(self.events[col]))
+
     @cached_property
     def device_planes(self) -> list[str]:
-        return sorted(p for p in present_values(self.events["plane"]) if is_device_plane(p))
+        return sorted(p for p in self.present("plane") if is_device_plane(p))
 
     @property
     def has_accelerator(self) -> bool:
@@ -178,7 +183,7 @@ class Context:
         from_meta = metadata_device_count(self.run.metadata or {})
         if from_meta:
             return from_meta
-        names = present_values(self.events["name"])
+        names = self.present("name")
         ids = {m for n in names for m in _CPU_DEVICE.findall(n)}
         replicas = [int(a or b) + 1 for n in names for a, b in _REPLICA.findall(n)]
         return max(len(ids), max(replicas, default=1), 1)
@@ -187,8 +192,7 @@ class Context:
     def framework(self) -> str:
         """"pytorch" when the trace holds PyTorch operator events (`aten::...`), else
         "tensorflow": remedies name the framework's own APIs."""
-        return "pytorch" if any(is_torch_op(n) for n in present_values(self.events["name"])
-                                ) else "tensorflow"
+        return "pytorch" if any(is_torch_op(n) for n in self.present("name")) else "tensorflow"
 
     @cached_property
     def n_cpus(self) -> int | None:

@@ -364,6 +364,14 @@ def present_stat(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
     return rows[keep], values[keep]
 
 
+def in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per value of `a`, whether the sorted array `b` holds it: a binary search per value instead
+    of np.isin's hash table over both (0.15 s for the row sets of a 6.8M-event trace)."""
+    if not len(b):
+        return np.zeros(len(a), dtype=bool)
+    return b[np.minimum(np.searchsorted(b, a), len(b) - 1)] == a
+
+
 def stat(df: pd.DataFrame, col: str) -> np.ndarray:
     """A stat column as a dense int64 array (-1 where absent)."""
     values = df[col].array

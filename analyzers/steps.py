@@ -30,6 +30,7 @@ from analyzers.events import (
     STEPS_LINE,
     cat_map,
     cat_mask,
+    in_sorted,
     is_device_plane,
     on_thread,
     present_stat,
@@ -100,7 +101,7 @@ def find_step_windows(events: pd.DataFrame
                      "dur_ns"]].iloc[rows]
     if len(marked):
         root_rows, root = present_stat(events, "root")
-        marked = marked.assign(step_num=step_num, root=np.isin(rows, root_rows[root > 0]))
+        marked = marked.assign(step_num=step_num, root=in_sorted(rows, root_rows[root > 0]))
         if marked["root"].any():
             marked = marked[marked["root"]]
         # One marker family per name, with a step counter in the name folded: PyTorch's

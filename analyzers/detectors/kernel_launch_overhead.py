@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import line_class, present_values
+from analyzers.events import line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
 
@@ -105,7 +105,7 @@ def _lookup_ops_per_device(ctx: Context) -> float:
     our fused, sharded tables). GPU kernels name their TF op in the `tf_op` stat."""
     ev = ctx.events
     ops = {n for col in ("name", "tf_op") if isinstance(ev[col].dtype, pd.CategoricalDtype)
-           for n in present_values(ev[col]) if _LOOKUP.search(n)}
+           for n in ctx.present(col) if _LOOKUP.search(n)}
     return len(ops) / max(ctx.n_devices, 1)
 
 
