@@ -35,8 +35,9 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "bytes": ("bytes_transferred", "num_bytes", "size"),
     "tf_op": ("tf_op",),
     "root": ("_r",),
+    "filename": ("filename",),  # the file a tf.data reader opens (TFRecordDataset)
 }
-TEXT_STATS = {"memcpy_details", "tf_op"}
+TEXT_STATS = {"memcpy_details", "tf_op", "filename"}
 
 KINDS = (
     "input_wait",  # the consumer blocked on the input pipeline (IteratorGetNext, DataLoader next)

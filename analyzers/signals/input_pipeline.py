@@ -34,6 +34,11 @@ _BRACKETS = re.compile(r"\[\d+\]")
 # A direct child of an interleave element (`...ParallelInterleaveV4[37]::FlatMap`): one per open
 # input; group 1 names the element.
 _INTERLEAVE_CHILD = re.compile(r"(Interleave\w*\[\d+\])::[A-Za-z0-9]+$")
+# Readers that say which file they open: `TFRecordDatasetOp::Iterator::SetupStreamsLocked` carries
+# a `filename` stat (docs/trace-signals.md, "Jobs that are not ours": TFRecord files).
+_OPENS_FILE = re.compile(r"DatasetOp::Iterator::")
+# Extensions of the codecs TFRecordDataset inflates (compression_type GZIP / ZLIB).
+_COMPRESSED = re.compile(r"(?i)\.(gz|gzip|z|zz|zlib|deflate)$")
 
 
 @dataclass
@@ -54,6 +59,8 @@ class InputPipeline:
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
     reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
+    records_per_step: float  # reader stage calls per step: records (or lines) read one by one
+    files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
 
 
@@ -138,6 +145,8 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
+        records_per_step=int(is_reader.sum()) / n,
+        files=_files_opened(ctx),
         # Stage events nest (Iterator::Root holds every stage below it, *Produce wraps a
         # stage), so their totals count the same time over and over: the work itself is in the
         # map-function ops and the reader stages, the leaves.
@@ -145,6 +154,16 @@ def _analyze(ctx: Context) -> InputPipeline:
         top_events=heaviest_events(work, where=leaves if leaves.any() else None,
                                    fold=lambda x: _BRACKETS.sub("", x)),
     )
+
+
+def _files_opened(ctx: Context) -> list[str]:
+    """Every file a reader opened in the profile window, steps or not (a reader opens its next
+    file whenever the last one ends, rarely inside the few steps profiled)."""
+    ev = ctx.events
+    if "filename" not in ev or not len(ev["filename"].cat.categories):
+        return []
+    opens = cat_mask(ev["name"], _OPENS_FILE.search) & (ev["filename"].array.codes >= 0)
+    return present_values(ev["filename"][opens])
 
 
 def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
@@ -171,6 +190,11 @@ MIN_READER_CONCURRENCY = 3.5
 MAX_OPEN_SEQUENTIAL = 3
 # Python functions are a cause when they take this share of the input wait.
 MIN_PYTHON_SHARE_OF_WAIT = 0.2
+# Records read one by one per step beyond which the records hold one example each: prebatched
+# records give one per batch and replica (4-5 per step in the trainer's prebatched presets), one
+# example per record gives the batch size (1,024-4,096 in the `example` presets and a Keras job
+# reading tf.train.Example files; docs/trace-signals.md, "Jobs that are not ours").
+MIN_RECORDS_PER_STEP = 64
 
 
 def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
@@ -225,8 +249,26 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
         causes["per_example_parsing"] = (
             "the map function runs once per example (map before batch), "
             f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")
+    if pipe.records_per_step >= MIN_RECORDS_PER_STEP:
+        records = (f"{pipe.records_per_step:.0f} records read per step, each passed one at a time "
+                   "through every stage up to the batch: one example per record")
+        if "per_example_parsing" in causes:
+            causes["per_example_parsing"] += f"; {records}"
+        else:
+            causes["per_example_records"] = records
     compression = str((ctx.config or {}).get("compression", "")).lower()
+    compressed = [f for f in pipe.files if _COMPRESSED.search(f)]
     if compression in ("gzip", "zlib"):
         causes["decompression"] = (f"run metadata: records are {compression.upper()}-compressed; "
                                    f"reader stages take {pipe.reader_ms_per_step:.1f} ms per step")
+    elif compressed and not compression:
+        causes["decompression"] = (
+            f"{len(compressed)} of the {len(pipe.files)} files the readers opened are named as "
+            f"compressed ({_some(compressed)}): they are inflated inside the reader stages, "
+            f"{pipe.reader_ms_per_step:.1f} ms per step")
     return causes
+
+
+def _some(paths: list[str], shown: int = 2) -> str:
+    names = ", ".join(p.replace("\\", "/").rsplit("/", 1)[-1] for p in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")

@@ -91,6 +91,78 @@ def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     assert f["input_preprocessing"].severity == "high"
 
 
+def _records(per_step: int, file_suffix: str | None = None):
+    """`per_step` reader calls per step on one tf.data thread, one record each, as a TFRecord
+    reader of one-example records writes them; with `file_suffix`, the reader opens a file of
+    that name once per step (`SetupStreamsLocked` with its `filename` stat)."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_data_private_threadpool/80", line_id=80)
+        for k in range(per_step):
+            line.event(f"{PIPE}[{i}]::FlatMap[0]::TFRecord", t0 + 2000 + k * 20_000, 10_000)
+        if file_suffix is not None:
+            line.event("TFRecordDatasetOp::Iterator::SetupStreamsLocked", t0 + 1000, 500,
+                       filename=f"/data/train/part-{i:05d}{file_suffix}")
+    return add
+
+
+def test_one_example_per_record_is_input_preprocessing_not_io(tmp_path):
+    """A batch read record by record (one tf.train.Example per record) is CPU work per example,
+    not storage: prebatched records are the fix (seed 002)."""
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(1024))
+    f = by_id(analyze(run))
+    assert "io_stall" not in f
+    causes = f["input_preprocessing"].numbers["causes"]
+    assert set(causes) == {"per_example_records"}, causes
+    # 1,024 records and the 4 interleave readers' own read each step.
+    assert "1028 records read per step" in " ".join(f["input_preprocessing"].evidence)
+    assert "prebatched" in f["input_preprocessing"].remedy
+
+
+def test_few_records_per_step_are_prebatched(tmp_path):
+    """Prebatched records: a few reader calls per step, no per-record cause; storage it is."""
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(8))
+    f = by_id(analyze(run))
+    assert "io_stall" in f and "input_preprocessing" not in f
+
+
+def test_per_example_records_fold_into_per_example_parsing(tmp_path):
+    """Parsed one example at a time as well: one cause, its evidence counting the records."""
+    _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5,
+                        per_step=_records(512))
+    f = by_id(analyze(run))["input_preprocessing"]
+    assert set(f.numbers["causes"]) == {"per_example_parsing"}, f.numbers["causes"]
+    assert any("parse ops per step" in e and "; 516 records read per step" in e
+               for e in f.evidence), f.evidence
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord.gz", ".tfrecord.GZIP", ".zlib"])
+def test_compressed_file_names_are_decompression(tmp_path, suffix):
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(8, suffix))
+    f = by_id(analyze(run))
+    causes = f["input_preprocessing"].numbers["causes"]
+    assert set(causes) == {"decompression"}, causes
+    assert f"5 of the 5 files the readers opened are named as compressed (part-00000{suffix}, " \
+           f"part-00001{suffix} and 3 more)" in " ".join(f["input_preprocessing"].evidence)
+    assert "uncompressed" in f["input_preprocessing"].remedy
+    assert "io_stall" not in f
+
+
+@pytest.mark.parametrize("suffix", [".tfrecord", ".gz.tfrecord", "-gz"])
+def test_uncompressed_file_names_are_not_decompression(tmp_path, suffix):
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(8, suffix))
+    f = by_id(analyze(run))
+    assert "input_preprocessing" not in f and "io_stall" in f
+
+
+def test_file_names_outside_tf_data_readers_are_not_read_files(tmp_path):
+    """A `filename` stat on another event (a checkpoint write, say) is not the pipeline's."""
+    def add(b, host, main, comp, t0, i):
+        _records(8)(b, host, main, comp, t0, i)
+        main.event("SaveV2", t0 + 99 * MS, 1000, filename="/ckpt/model.ckpt.gz")
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=add)
+    assert "io_stall" in by_id(analyze(run))
+
+
 def _python_map(calls: int, each_ms: float, generator: bool = False):
     """`calls` Python-function ops per step on two tf.data threads, as tf.py_function
     (`EagerPyFunc`) or, from a generator stage, `PyFunc` (docs/trace-signals.md, "tf.data")."""

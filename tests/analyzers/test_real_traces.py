@@ -136,7 +136,25 @@ def test_mirrored_strategy_replicas_are_devices(foreign):
     assert "collective_overhead" not in {f.id for f in one.findings}
 
 
-@pytest.mark.parametrize("mode", ["generator", "eager", "retrace", "mirrored4"])
+def test_tfrecord_files_of_one_example_per_record(foreign):
+    """A Keras job reading tf.train.Example TFRecords (a parallel interleave, batched parsing,
+    prefetch) waits on the reader passing 1,024 records per batch one at a time; GZIP files add
+    inflation. Neither is storage: the files sit in the page cache."""
+    gz = {f.id: f for f in analyze(foreign("records_gzip")).findings}
+    plain = {f.id: f for f in analyze(foreign("records_plain")).findings}
+    assert "io_stall" not in gz and "io_stall" not in plain
+    for found, causes in ((gz, {"per_example_records", "decompression"}),
+                          (plain, {"per_example_records"})):
+        f = found["input_preprocessing"]
+        assert f.severity in ("medium", "high") and set(f.numbers["causes"]) == causes, f.evidence
+        assert "prebatched" in f.remedy
+    # One record per batch: the per-record cause is gone, and so is any claim of compression.
+    prebatched = analyze(foreign("records_prebatched"))
+    for f in prebatched.findings:
+        assert not {"per_example_records", "decompression"} & set(f.numbers.get("causes", ())), f
+
+
+@pytest.mark.parametrize("mode", ["generator", "eager", "retrace", "mirrored4", "records_gzip"])
 def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path, mode):
     """The same profile as Chrome trace JSON (xprof's trace_viewer conversion, what older TF wrote
     as *.trace.json.gz): the same steps and findings."""
@@ -157,6 +175,7 @@ def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path,
     assert [(f.id, f.severity) for f in b.findings] == [(f.id, f.severity) for f in a.findings]
     for fa, fb in zip(a.findings, b.findings, strict=True):
         assert fb.speedup == pytest.approx(fa.speedup, rel=1e-3), fa.id
+        assert fb.numbers.get("causes") == fa.numbers.get("causes"), fa.id
     assert b.ctx.fractions == pytest.approx(a.ctx.fractions, abs=1e-3)
 
 
