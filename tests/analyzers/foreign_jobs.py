@@ -17,6 +17,9 @@ MODE:
   each time) or with a tensor.
 - `mirrored4` / `mirrored1`: a custom loop under MirroredStrategy over 4 (or 1) logical CPU
   devices with a distributed dataset.
+- `numpy_feed` / `dataset_feed`: a custom loop calling a `tf.function` step with float64 NumPy
+  batches (converted on the Python thread every call, cast inside), or with float32 batches from
+  a cached, prefetched tf.data pipeline.
 - `records_gzip` / `records_plain` / `records_prebatched`: Keras fit on Criteo-like
   `tf.train.Example` TFRecord files read by a parallel interleave and parsed a batch at a time:
   one example per record, GZIP-compressed (`*.tfrecord.gz`) or not (`*.tfrecord`), or one whole
@@ -194,5 +197,34 @@ elif mode.startswith("records_"):
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
+elif mode in ("numpy_feed", "dataset_feed"):
+    # float64 NumPy batches sliced and passed to a tf.function each step (converted on the
+    # Python thread, cast inside), or the same data as a float32 tf.data pipeline.
+    x = rng.normal(size=(32 * 4096, 256))
+    y = (x[:, 0] > 0).astype("float64")
+    w1 = tf.Variable(tf.random.normal((256, 64)) * 0.05)
+    w2 = tf.Variable(tf.random.normal((64, 1)) * 0.05)
+
+    @tf.function
+    def train(a, b):
+        a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
+        with tf.GradientTape() as tape:
+            logits = tf.nn.relu(a @ w1) @ w2
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(b[:, None], logits))
+        for v, g in zip((w1, w2), tape.gradient(loss, (w1, w2)), strict=True):
+            v.assign_sub(0.01 * g)
+    if mode == "numpy_feed":
+        batches = iter(range(10**6))
+
+        def step():
+            i = next(batches) % 32
+            train(x[i * 4096:(i + 1) * 4096], y[i * 4096:(i + 1) * 4096])
+    else:
+        ds = iter(tf.data.Dataset.from_tensor_slices((x.astype("float32"), y.astype("float32")))
+                  .batch(4096).cache().repeat().prefetch(2))
+
+        def step():
+            train(*next(ds))
+    profile_loop(step, steps=20)
 else:
     raise SystemExit(f"unknown mode {mode}")
