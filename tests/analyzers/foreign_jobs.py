@@ -23,7 +23,8 @@ MODE:
 - `records_gzip` / `records_plain` / `records_prebatched`: Keras fit on Criteo-like
   `tf.train.Example` TFRecord files read by a parallel interleave and parsed a batch at a time:
   one example per record, GZIP-compressed (`*.tfrecord.gz`) or not (`*.tfrecord`), or one whole
-  batch per record (prebatched, seed 002).
+  batch per record (prebatched, seed 002). `records_naive`: the uncompressed files through the
+  tutorial pipeline (one `TFRecordDataset`, each example parsed as it comes, then batch).
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -183,10 +184,15 @@ elif mode.startswith("records_"):
         f = {k: tf.reshape(v, (-1, *v.shape[2:])) for k, v in f.items()}  # records -> examples
         x = tf.concat([f["dense"], tf.cast(f["cat"] % 97, tf.float32) / 97.0], axis=1)
         return x, f["label"]
-    ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
-          .interleave(lambda f: tf.data.TFRecordDataset(f, "GZIP" if gz else ""),
-                      cycle_length=2, num_parallel_calls=2)
-          .batch(batch // rows).map(to_xy, num_parallel_calls=2).prefetch(2))
+    if mode == "records_naive":
+        # The tutorial pipeline: one reader, parse each example as it comes, no prefetch.
+        ds = (tf.data.TFRecordDataset(files).repeat()
+              .map(lambda r: to_xy(r[None])).unbatch().batch(batch))
+    else:
+        ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
+              .interleave(lambda f: tf.data.TFRecordDataset(f, "GZIP" if gz else ""),
+                          cycle_length=2, num_parallel_calls=2)
+              .batch(batch // rows).map(to_xy, num_parallel_calls=2).prefetch(2))
     model = tf.keras.Sequential([tf.keras.Input((39,)), tf.keras.layers.Dense(64, "relu"),
                                  tf.keras.layers.Dense(1)])
     model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))

@@ -159,6 +159,12 @@ def test_tfrecord_files_of_one_example_per_record(foreign):
         f = found["input_preprocessing"]
         assert f.severity in ("medium", "high") and set(f.numbers["causes"]) == causes, f.evidence
         assert "prebatched" in f.remedy
+    # The tutorial pipeline (one reader, each example parsed as it comes): those causes instead.
+    naive = {f.id: f for f in analyze(foreign("records_naive")).findings}
+    assert "io_stall" not in naive
+    causes = naive["input_preprocessing"].numbers["causes"]
+    assert {"per_example_parsing", "low_parallelism"} <= set(causes), causes
+    assert "per_example_records" not in causes and "decompression" not in causes
     # One record per batch: the per-record cause is gone, and so is any claim of compression.
     prebatched = analyze(foreign("records_prebatched"))
     for f in prebatched.findings:
