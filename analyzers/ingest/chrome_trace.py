@@ -4,7 +4,8 @@ Writers seen: TF/xprof's trace export (one pid per xplane plane, named by a `pro
 event such as `/device:GPU:0`; one tid per line; display names, with the xplane name in
 `args.long_name`: docs/trace-signals.md, "Chrome trace JSON") and the PyTorch profiler (host pid
 with `cpu_op`, `cuda_runtime`, `user_annotation` events; GPU events in `kernel`, `gpu_memcpy`,
-`gpu_memset` categories with `args.device`; `ProfilerStep#N` annotations mark steps). Times are
+`gpu_memset` categories with `args.device`; `ProfilerStep#N` annotations mark steps), both as
+complete (`X`) events; `B`/`E` pairs of other writers are paired into complete events. Times are
 microseconds.
 """
 
@@ -68,7 +69,10 @@ def read_chrome_trace(path: Path, host: str,
                   for r in meta[meta["name"] == "process_name"].itertuples()}
     thread_names = {(r.pid, r.tid): str((r.args or {}).get("name", r.tid))
                     for r in meta[meta["name"] == "thread_name"].itertuples()}
-    ev = frame[frame["ph"] == "X"].reset_index(drop=True)
+    ev = frame[frame["ph"] == "X"]
+    if frame["ph"].isin(("B", "E")).any():
+        ev = pd.concat([ev, _begin_end_pairs(frame)])
+    ev = ev.reset_index(drop=True)
     if ev.empty:
         return build_events(**_no_rows(host)), 0
     ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
@@ -135,6 +139,36 @@ def read_chrome_trace(path: Path, host: str,
     # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
     t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
     return events, t0_ns
+
+
+def _begin_end_pairs(frame: pd.DataFrame) -> pd.DataFrame:
+    """`B`/`E` duration events as complete (`X`) rows. On one thread they nest like a stack:
+    ranked by time (file order breaking ties), each event gets the depth it opens or closes, and
+    at each depth an opening and the closing that follows it are one event. The name and args
+    are the opening's (the closing's args added); openings never closed and closings never
+    opened are dropped."""
+    be = frame[frame["ph"].isin(("B", "E"))].copy()
+    be["ts"] = pd.to_numeric(be["ts"], errors="coerce")
+    be = be[be["ts"].notna()]
+    be["order"] = np.arange(len(be))
+    be = be.sort_values(["pid", "tid", "ts", "order"], kind="stable")
+    opens = (be["ph"] == "B").to_numpy()
+    thread = be.groupby(["pid", "tid"], sort=False, dropna=False).ngroup().to_numpy()
+    depth = pd.Series(np.where(opens, 1, -1)).groupby(thread).cumsum().to_numpy()
+    be["level"] = np.where(opens, depth, depth + 1)
+    be["thread"] = thread
+    be = be.sort_values(["thread", "level", "ts", "order"], kind="stable")
+    is_b = (be["ph"] == "B").to_numpy()
+    same = ((be["thread"].to_numpy()[1:] == be["thread"].to_numpy()[:-1])
+            & (be["level"].to_numpy()[1:] == be["level"].to_numpy()[:-1]))
+    start = np.flatnonzero(is_b[:-1] & ~is_b[1:] & same)
+    b, e = be.iloc[start], be.iloc[start + 1]
+    args = [{**(x if isinstance(x, dict) else {}), **(y if isinstance(y, dict) else {})}
+            for x, y in zip(b["args"], e["args"], strict=True)]
+    return pd.DataFrame({"ph": "X", "name": b["name"].to_numpy(), "cat": b["cat"].to_numpy(),
+                         "pid": b["pid"].to_numpy(), "tid": b["tid"].to_numpy(),
+                         "ts": b["ts"].to_numpy(),
+                         "dur": e["ts"].to_numpy() - b["ts"].to_numpy(), "args": args})
 
 
 def _tid_text(tid: object) -> str:

@@ -584,6 +584,41 @@ def test_read_tf_style_chrome_trace(tmp_path):
     assert step_breakdown(events).source == "markers:train"
 
 
+def test_begin_end_events_pair_per_thread_as_a_stack(tmp_path):
+    """`B`/`E` duration events (writers other than TF's export and PyTorch's): nested on one
+    thread, interleaved with another thread's, an `E` without name or `B`, a `B` never closed,
+    out of time order in the file."""
+    def ev(ph, tid, ts, name=None, **args):
+        e = {"ph": ph, "pid": 2, "tid": tid, "ts": ts}
+        return {**e, **({"name": name} if name else {}), **({"args": args} if args else {})}
+    doc = {"traceEvents": [
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
+        ev("E", 100, 0.5),  # closes nothing
+        ev("B", 100, 1000, "train", step_num=3, _r=1),
+        ev("B", 100, 1010, "IteratorGetNext"),
+        ev("B", 200, 1020, "outer"),
+        ev("E", 100, 1040),  # IteratorGetNext
+        ev("E", 100, 1090),  # dense/MatMul, written before its own `B`
+        ev("B", 100, 1050, "dense/MatMul:MatMul"),
+        ev("E", 200, 1080, correlation_id=9),  # outer, with args of its own
+        ev("E", 100, 1100),  # the first train; at equal times file order decides
+        ev("B", 100, 1100, "train", step_num=4, _r=1),
+        ev("B", 200, 1150, "never closed"),
+        ev("E", 100, 1200),
+    ]}
+    df = _chrome_rows(tmp_path, doc).reset_index()
+    got = sorted(zip(df["name"], df["line"], df["start_ns"], df["dur_ns"], strict=True))
+    assert got == [("IteratorGetNext", "100", 10_000, 30_000),  # from the first train, 1000 µs
+                   ("dense/MatMul:MatMul", "100", 50_000, 40_000),
+                   ("outer", "200", 20_000, 60_000),
+                   ("train", "100", 0, 100_000),
+                   ("train", "100", 100_000, 100_000)]
+    assert df.set_index("name").loc["outer", "correlation_id"] == 9
+    assert sorted(df.loc[df["name"] == "train", "step_num"]) == [3, 4]
+    assert step_breakdown(read_chrome_trace(tmp_path / "t.trace.json", "h")[0]).source == \
+        "markers:train"
+
+
 def test_chrome_thread_without_name_is_named_by_tid(tmp_path):
     assert _chrome_rows(tmp_path, TF_TRACE).loc["MemcpyH2D", "line"] == "8"
 
