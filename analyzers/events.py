@@ -78,8 +78,9 @@ _LAUNCH = re.compile(
     r"^(cu|cuda)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel|"
     r"Memset\w*|GraphLaunch|EventRecord)(_v\d+)?$"
 )
-# Host copy calls wait for their copy (and, when synchronous or from pageable memory, for the
-# stream to reach it): copy time, not launch overhead; the direction is in the driver API's name.
+# Host copy calls wait for their copy: copy time, not launch overhead. The driver API's name
+# gives the direction; the correlated device copy gives it for runtime calls, and tells a call
+# that mostly waited for the stream to reach its copy (a `sync`) apart (_direct_copy_calls).
 _CUDA_COPY = re.compile(r"^(cu|cuda)Memcpy\w*$")
 _SYNC = re.compile(r"^(cu|cuda)(Device|Stream|Event|Ctx)Synchronize(_v\d+)?$")
 # Kineto's `cuda_sync` events: a stream (or the host) waiting on another, on the device's row.
@@ -415,6 +416,7 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         device, cls = divmod(c, n_cls)
         table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
     kind = table[key]
+    _direct_copy_calls(df, kind, on_device.astype(bool))
     _mark_launches(df, kind, on_device.astype(bool))
     df["kind"] = _categorical(kind, list(KINDS))
     return df
@@ -422,7 +424,41 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
 
 _HOST_OP, _LAUNCH_KIND = KINDS.index("host_op"), KINDS.index("launch")
 _FRAMEWORK_KIND = KINDS.index("framework")
+_SYNC_KIND = KINDS.index("sync")
+_COPY_KINDS = tuple(KINDS.index(k) for k in ("h2d", "d2h", "d2d"))
 _RELABELED = (_HOST_OP, KINDS.index("other"))
+
+
+def _direct_copy_calls(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) -> None:
+    """Relabel, in `kind`, host copy calls by the device copy CUPTI correlates with each: the
+    runtime API's `cudaMemcpyAsync` does not name its direction, the device copy does (`Memcpy
+    DtoH (Device -> Pageable)`); and a call that was still waiting when its copy began, for most
+    of its time, was the host blocked until the stream reached the copy (a copy to pageable
+    memory, `.item()`, `.cpu()`): `sync`, not copy time (docs/trace-signals.md, "PyTorch GPU
+    traces": copy calls). Calls without a correlated device copy keep their name's kind."""
+    rows, corr = present_stat(df, "correlation_id")
+    if not len(rows):
+        return
+    copy = np.isin(kind[rows], _COPY_KINDS)
+    rows, corr = rows[copy], corr[copy]
+    device = on_device[df["plane"].array.codes[rows]]
+    if device.all() or not device.any():
+        return
+    hosts = df["host"].array.codes[rows]
+    starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    for h in np.unique(hosts).tolist():  # correlation ids are unique within one host's trace
+        mine = hosts == h
+        calls, call_corr = rows[mine & ~device], corr[mine & ~device]
+        copies, copy_corr = rows[mine & device], corr[mine & device]
+        order = np.argsort(copy_corr, kind="stable")
+        copies, copy_corr = copies[order], copy_corr[order]
+        pos = np.minimum(np.searchsorted(copy_corr, call_corr), max(len(copies) - 1, 0))
+        found = (copy_corr[pos] == call_corr) if len(copies) else np.zeros(len(calls), bool)
+        call, dev = calls[found], copies[pos[found]]
+        kind[call] = kind[dev]
+        waited = ((ends[call] > starts[dev])
+                  & (2 * (starts[dev] - starts[call]) > ends[call] - starts[call]))
+        kind[call[waited]] = _SYNC_KIND
 
 
 def _mark_launches(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) -> None:
@@ -467,7 +503,10 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) ->
         inside = first < len(calls)
         holds = np.zeros(len(op), dtype=bool)
         holds[inside] = ends[calls[first[inside]]] <= ends[op[inside]]
-        kind[op[holds]] = _LAUNCH_KIND
+        # An op whose call waits for the device (aten::item's copy to pageable memory) is that
+        # wait, not a dispatch.
+        held = kind[calls[first[holds]]]
+        kind[op[holds]] = np.where(held == _SYNC_KIND, _SYNC_KIND, _LAUNCH_KIND)
         # A PyTorch op that launches nothing on a launching thread is bookkeeping around device
         # tensors (view, empty, narrow, as_strided...): dispatch cost, not host compute. TF ops
         # stay: a host-placed TF op there is real CPU work.

@@ -50,6 +50,9 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "input_wait": ("input_wait",),
     "convert": ("convert",),
     "framework": ("framework",),
+    # The host blocked until the device catches up (a synchronize, a copy to pageable memory), or
+    # a stream waiting on another, while nothing above ran: no device work, no host work.
+    "device_sync": ("sync",),
 }
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)

@@ -231,3 +231,84 @@ def test_pingpong_remedy_names_the_framework(tmp_path):
     tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", kernel_ms=50, pingpong_ms=25,
                                              devices=1)).findings}["host_device_pingpong"]
     assert "tf.debugging.set_log_device_placement" in tf.remedy and ".item()" not in tf.remedy
+
+
+def _copy_trace(tmp_path, host_dur_us: int, device_copy: str | None, copy_at_us: int):
+    """A ProfilerStep of 2 ms: aten::_local_scalar_dense > cudaMemcpyAsync (0.1 ms in, lasting
+    `host_dur_us`) and, when `device_copy` names one, the device copy CUPTI correlates with it,
+    starting `copy_at_us` into the step (5 µs long); a kernel 0-0.1 ms keeps the GPU plane."""
+    import json
+
+    host = {"pid": 10, "tid": 10}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
+           **host},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "ts": 100,
+           "dur": host_dur_us + 10, **host},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 105,
+           "dur": host_dur_us, "args": {"correlation": 21}, **host},
+          {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+           "ts": 0, "dur": 100, "args": {"device": 0, "correlation": 20}}]
+    if device_copy:
+        ev.append({"ph": "X", "cat": "gpu_memcpy", "name": device_copy, "pid": 0, "tid": 7,
+                   "ts": copy_at_us, "dur": 5, "args": {"device": 0, "correlation": 21}})
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def _kinds(events) -> dict[str, str]:
+    return {str(n): str(k) for n, k in zip(events["name"], events["kind"], strict=True)}
+
+
+def test_copy_call_blocked_on_the_stream_is_a_device_sync(tmp_path):
+    """`.item()`: the copy to pageable memory starts only when the stream reaches it, 1.5 ms
+    into the 1.6 ms call; the host waited, and the op around the call is that wait."""
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    events, _ = read_chrome_trace(
+        _copy_trace(tmp_path, 1600, "Memcpy DtoH (Device -> Pageable)", 1600), "rank0")
+    kind = _kinds(events)
+    assert kind["cudaMemcpyAsync"] == kind["aten::_local_scalar_dense"] == "sync"
+    assert kind["Memcpy DtoH (Device -> Pageable)"] == "d2h"
+    row = step_breakdown(events).table.iloc[0]
+    assert row["copy_h2d"] == 5 * US  # the copy itself
+    assert row["device_sync"] == (1710 - 100) * US - 5 * US  # the op's span less the copy
+    assert row["launch"] == 0
+
+
+def test_copy_call_takes_its_direction_from_the_device_copy(tmp_path):
+    """An asynchronous device-to-device copy: enqueued in 5 µs, run later; the runtime call's
+    name says no direction, the device copy's does."""
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    events, _ = read_chrome_trace(
+        _copy_trace(tmp_path, 5, "Memcpy DtoD (Device -> Device)", 300), "rank0")
+    kind = _kinds(events)
+    assert kind["cudaMemcpyAsync"] == "d2d"
+    assert kind["aten::_local_scalar_dense"] == "launch"  # it dispatched a copy
+
+
+def test_copy_call_without_a_device_copy_keeps_its_name_kind(tmp_path):
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    events, _ = read_chrome_trace(_copy_trace(tmp_path, 1600, None, 0), "rank0")
+    assert _kinds(events)["cudaMemcpyAsync"] == "h2d"
+    assert step_breakdown(events).table.iloc[0]["device_sync"] == 0
+
+
+def test_tf_driver_copy_call_blocked_on_the_stream(tmp_path):
+    """The same on an xplane: a `/host:CUPTI` driver call `cuMemcpyDtoHAsync_v2` and the GPU
+    stream's `MemcpyD2H`, linked by `correlation_id`; a second call whose copy ran at once."""
+    b = XSpaceBuilder()
+    main = b.plane("/host:CPU").line("python3", line_id=1)
+    main.event("train", 0, 10 * MS, step_num=0, _r=1)
+    cupti = b.plane("/host:CUPTI", plane_id=3).line("Host Threads/42", line_id=42)
+    stream = b.plane("/device:GPU:0", plane_id=1).line("Stream #7(MemcpyD2H)", line_id=7)
+    cupti.event("cuMemcpyDtoHAsync_v2", 1 * MS, 4 * MS, correlation_id=5)
+    stream.event("MemcpyD2H", 4900 * US, 50 * US, correlation_id=5)
+    cupti.event("cuMemcpyDtoHAsync_v2", 6 * MS, 100 * US, correlation_id=6)
+    stream.event("MemcpyD2H", 6010 * US, 80 * US, correlation_id=6)
+    b.write(tmp_path)
+    events = load_run(tmp_path).events
+    calls = events[events["name"] == "cuMemcpyDtoHAsync_v2"].sort_values("start_ns")
+    assert list(map(str, calls["kind"])) == ["sync", "d2h"]
