@@ -16,6 +16,19 @@ from analyzers.scaling import scaling_points
 
 ID = "collective_overhead"
 MIN_SHARE = 0.03
+_REMEDY = {
+    "tensorflow": ("Use fewer devices for a model this small (seed 000: 4 GPUs beat 8), or a "
+                   "larger per-device batch so compute hides the exchange; fuse gradients into "
+                   "one all-reduce; keep the all-to-all payload small (column-wise split only "
+                   "when tables are large)."),
+    # Only GPU traces carry PyTorch collectives (NCCL kernels, c10d ops).
+    "pytorch": ("Use fewer GPUs for a model this small, or a larger per-GPU batch so compute "
+                "hides the exchange; let DDP overlap the all-reduce with backward (tune "
+                "bucket_cap_mb, gradient_as_bucket_view=True) or all-reduce less often "
+                "(no_sync() over gradient-accumulation steps); compress what is sent "
+                "(register_comm_hook with fp16_compress_hook / bf16_compress_hook) and keep "
+                "embedding all-to-all payloads small."),
+}
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -55,10 +68,7 @@ def detect(ctx: Context) -> Finding | None:
         step_fraction=share,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
-        remedy=("Use fewer devices for a model this small (seed 000: 4 GPUs beat 8), or a "
-                "larger per-device batch so compute hides the exchange; fuse gradients into one "
-                "all-reduce; keep the all-to-all payload small (column-wise split only when "
-                "tables are large)."),
+        remedy=_REMEDY[ctx.framework],
         numbers=numbers,
         top_events=heaviest_events(coll),
         config_changes=changes,

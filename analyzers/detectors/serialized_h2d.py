@@ -21,6 +21,20 @@ _HOST_COPY_NAMES = ("EagerCopyToDevice", "EagerLocalExecute: _EagerConst",
                     "EagerLocalExecute: DeepCopy", "tf.constant")
 
 
+_GPU_REMEDY = {
+    "tensorflow": ("Feed devices from a distributed dataset (strategy."
+                   "experimental_distribute_dataset or distribute_datasets_from_function) with "
+                   "prefetch to device (tf.data.experimental.prefetch_to_device / "
+                   "experimental_fetch_to_device), instead of copying per replica from a Python "
+                   "loop; use pinned host memory."),
+    "pytorch": ("Give each GPU its own process and DataLoader (DistributedDataParallel with a "
+                "DistributedSampler) instead of scattering one batch from a single process "
+                "(DataParallel); load with pin_memory=True and copy with .to(device, "
+                "non_blocking=True), prefetching the next batch on a side CUDA stream so the "
+                "copy overlaps compute."),
+}
+
+
 def _is_host_copy(name: str) -> bool:
     return name in _HOST_COPY_NAMES or name.startswith("_Send input")
 
@@ -47,10 +61,7 @@ def _gpu(ctx: Context) -> Finding | None:
         evidence=[f"{len(h2d) / ctx.n_steps:.0f} MemcpyH2D per step over {n_dev} devices; "
                   f"their durations sum to {ratio:.2f}x the time they cover (1.0 = fully serial)",
                   f"exposed H2D copy time: {exposed:.1%} of the step"],
-        remedy=("Feed devices from a distributed dataset (strategy.experimental_distribute_dataset"
-                " or distribute_datasets_from_function) with prefetch to device "
-                "(tf.data.experimental.prefetch_to_device / experimental_fetch_to_device), "
-                "instead of copying per replica from a Python loop; use pinned host memory."),
+        remedy=_GPU_REMEDY[ctx.framework],
         numbers={"copies_per_step": round(len(h2d) / ctx.n_steps, 1), "devices": n_dev,
                  "overlap_ratio": round(ratio, 3), "exposed_fraction": round(exposed, 4)},
         top_events=heaviest_events(h2d),

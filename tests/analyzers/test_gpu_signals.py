@@ -312,3 +312,42 @@ def test_tf_driver_copy_call_blocked_on_the_stream(tmp_path):
     events = load_run(tmp_path).events
     calls = events[events["name"] == "cuMemcpyDtoHAsync_v2"].sort_values("start_ns")
     assert list(map(str, calls["kind"])) == ["sync", "d2h"]
+
+
+def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
+    """DataParallel-style PyTorch steps on 2 GPUs (input scattered to one GPU after the other,
+    an exposed NCCL all-reduce) against the same pattern in a TF trace: each remedy names its own
+    framework's APIs."""
+    import json
+
+    from analyzers.report import analyze
+    from tests.analyzers.traces import gpu_trace
+
+    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+    for i in range(3):
+        t0 = i * 100_000
+        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
+                "tid": 10, "ts": t0, "dur": 99_000},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
+                "ts": t0, "dur": 20_000}]
+        for d in range(2):
+            gpu = {"pid": d, "tid": 7, "args": {"device": d}}
+            ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+                    "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
+                   {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
+                    "ts": t0 + 20_000, "dur": 40_000, **gpu},
+                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                    "ts": t0 + 60_000, "dur": 30_000, **gpu}]
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    torch = {f.id: f for f in analyze(tmp_path / "torch").findings}
+    tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", devices=2, h2d_ms=10,
+                                             nccl_ms=30)).findings}
+    for found in (torch, tf):
+        assert {"serialized_h2d", "collective_overhead"} <= set(found), found
+    assert "non_blocking=True" in torch["serialized_h2d"].remedy
+    assert "bucket_cap_mb" in torch["collective_overhead"].remedy
+    assert "strategy" not in torch["serialized_h2d"].remedy
+    assert "distribute_dataset" in tf["serialized_h2d"].remedy
+    assert "fuse gradients" in tf["collective_overhead"].remedy
+    assert "DDP" not in tf["collective_overhead"].remedy
