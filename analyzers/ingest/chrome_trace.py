@@ -151,12 +151,13 @@ def _begin_end_pairs(frame: pd.DataFrame) -> pd.DataFrame:
     be["ts"] = pd.to_numeric(be["ts"], errors="coerce")
     be = be[be["ts"].notna()]
     be["order"] = np.arange(len(be))
-    be = be.sort_values(["pid", "tid", "ts", "order"], kind="stable")
+    # Threads numbered by their (pid, tid) text: writers mix int and str ids, which do not sort.
+    be["thread"] = pd.factorize(be["pid"].astype(str) + "\x00" + be["tid"].astype(str))[0]
+    be = be.sort_values(["thread", "ts", "order"], kind="stable")
     opens = (be["ph"] == "B").to_numpy()
-    thread = be.groupby(["pid", "tid"], sort=False, dropna=False).ngroup().to_numpy()
+    thread = be["thread"].to_numpy()
     depth = pd.Series(np.where(opens, 1, -1)).groupby(thread).cumsum().to_numpy()
     be["level"] = np.where(opens, depth, depth + 1)
-    be["thread"] = thread
     be = be.sort_values(["thread", "level", "ts", "order"], kind="stable")
     is_b = (be["ph"] == "B").to_numpy()
     same = ((be["thread"].to_numpy()[1:] == be["thread"].to_numpy()[:-1])

@@ -605,12 +605,15 @@ def test_begin_end_events_pair_per_thread_as_a_stack(tmp_path):
         ev("B", 100, 1100, "train", step_num=4, _r=1),
         ev("B", 200, 1150, "never closed"),
         ev("E", 100, 1200),
+        ev("B", "io", 1300, "read"),  # a writer that names its threads: ids of mixed types
+        ev("E", "io", 1350),
     ]}
     df = _chrome_rows(tmp_path, doc).reset_index()
     got = sorted(zip(df["name"], df["line"], df["start_ns"], df["dur_ns"], strict=True))
     assert got == [("IteratorGetNext", "100", 10_000, 30_000),  # from the first train, 1000 µs
                    ("dense/MatMul:MatMul", "100", 50_000, 40_000),
                    ("outer", "200", 20_000, 60_000),
+                   ("read", "io", 300_000, 50_000),
                    ("train", "100", 0, 100_000),
                    ("train", "100", 100_000, 100_000)]
     assert df.set_index("name").loc["outer", "correlation_id"] == 9
