@@ -23,7 +23,7 @@ _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
 # multi-device iterator reads `GetNextFromShard<i>` (docs/trace-signals.md, "Devices").
 _REPLICA = re.compile(r"(?:^|/)replica_(\d+)/|^GetNextFromShard(\d+)$")
 # What Context.in_steps can give: event columns, then the step index and the clipped times.
-IN_STEP_COLUMNS = ("plane", "line", "line_id", "name", "op_type", "kind",
+IN_STEP_COLUMNS = ("host", "plane", "line", "line_id", "name", "op_type", "kind",
                    "step_idx", "start_ns", "end_ns", "dur_ns")
 _CLIPPED = ("step_idx", "start_ns", "end_ns", "dur_ns")
 # Context._placement codes for events not held whole by one step.

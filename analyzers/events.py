@@ -444,21 +444,19 @@ def _direct_copy_calls(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray
     device = on_device[df["plane"].array.codes[rows]]
     if device.all() or not device.any():
         return
-    hosts = df["host"].array.codes[rows]
+    # One file at a time (build_events runs per trace file): correlation ids are unique in it.
     starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-    for h in np.unique(hosts).tolist():  # correlation ids are unique within one host's trace
-        mine = hosts == h
-        calls, call_corr = rows[mine & ~device], corr[mine & ~device]
-        copies, copy_corr = rows[mine & device], corr[mine & device]
-        order = np.argsort(copy_corr, kind="stable")
-        copies, copy_corr = copies[order], copy_corr[order]
-        pos = np.minimum(np.searchsorted(copy_corr, call_corr), max(len(copies) - 1, 0))
-        found = (copy_corr[pos] == call_corr) if len(copies) else np.zeros(len(calls), bool)
-        call, dev = calls[found], copies[pos[found]]
-        kind[call] = kind[dev]
-        waited = ((ends[call] > starts[dev])
-                  & (2 * (starts[dev] - starts[call]) > ends[call] - starts[call]))
-        kind[call[waited]] = _SYNC_KIND
+    calls, call_corr = rows[~device], corr[~device]
+    copies, copy_corr = rows[device], corr[device]
+    order = np.argsort(copy_corr, kind="stable")
+    copies, copy_corr = copies[order], copy_corr[order]
+    pos = np.minimum(np.searchsorted(copy_corr, call_corr), len(copies) - 1)
+    found = copy_corr[pos] == call_corr
+    call, dev = calls[found], copies[pos[found]]
+    kind[call] = kind[dev]
+    waited = ((ends[call] > starts[dev])
+              & (2 * (starts[dev] - starts[call]) > ends[call] - starts[call]))
+    kind[call[waited]] = _SYNC_KIND
 
 
 def _mark_launches(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) -> None:
@@ -503,10 +501,14 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, on_device: np.ndarray) ->
         inside = first < len(calls)
         holds = np.zeros(len(op), dtype=bool)
         holds[inside] = ends[calls[first[inside]]] <= ends[op[inside]]
-        # An op whose call waits for the device (aten::item's copy to pageable memory) is that
-        # wait, not a dispatch.
-        held = kind[calls[first[holds]]]
-        kind[op[holds]] = np.where(held == _SYNC_KIND, _SYNC_KIND, _LAUNCH_KIND)
+        # An op that spends most of its time in calls waiting for the device (aten::item's copy
+        # to pageable memory; aten::nonzero's launch, then its blocking copy of the count) is
+        # that wait, not a dispatch. The calls do not overlap: their waits add up.
+        waits = np.where(kind[calls] == _SYNC_KIND, ends[calls] - starts[calls], 0)
+        waited = np.concatenate(([0], np.cumsum(waits)))
+        last = np.searchsorted(starts[calls], ends[op], side="left")
+        mostly_wait = 2 * (waited[last] - waited[first]) > ends[op] - starts[op]
+        kind[op[holds]] = np.where(mostly_wait[holds], _SYNC_KIND, _LAUNCH_KIND)
         # A PyTorch op that launches nothing on a launching thread is bookkeeping around device
         # tensors (view, empty, narrow, as_strided...): dispatch cost, not host compute. TF ops
         # stay: a host-placed TF op there is real CPU work.

@@ -21,7 +21,8 @@ _REMEDY = {
                    "larger per-device batch so compute hides the exchange; fuse gradients into "
                    "one all-reduce; keep the all-to-all payload small (column-wise split only "
                    "when tables are large)."),
-    # Only GPU traces carry PyTorch collectives (NCCL kernels, c10d ops).
+    # PyTorch's CPU collectives (gloo) run in one process per rank, so a PyTorch trace with two
+    # or more devices here is a GPU one.
     "pytorch": ("Use fewer GPUs for a model this small, or a larger per-GPU batch so compute "
                 "hides the exchange; let DDP overlap the all-reduce with backward (tune "
                 "bucket_cap_mb, gradient_as_bucket_view=True) or all-reduce less often "

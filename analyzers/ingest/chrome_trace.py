@@ -124,7 +124,13 @@ def read_chrome_trace(path: Path, host: str,
     if steps.notna().any():
         col = stats.setdefault("step_num", np.full(len(ev), -1, dtype=np.int64))
         col[steps.notna().to_numpy()] = steps.dropna().astype(np.int64).to_numpy()
-    tid = pd.to_numeric(ev["tid"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    tid = pd.to_numeric(ev["tid"], errors="coerce")
+    named = tid.isna() & ev["tid"].notna()
+    if named.any():
+        # Threads named by text ("io"): one distinct negative id each, not one -1 for all (a
+        # thread is (plane, line id) downstream).
+        tid[named] = -2 - pd.factorize(ev["tid"][named].astype(str))[0]
+    tid = tid.fillna(-1).astype(np.int64).to_numpy()
     events = build_events(
         host=host,
         plane=np.array(planes, dtype=object),

@@ -38,7 +38,10 @@ _INTERLEAVE_CHILD = re.compile(r"(Interleave\w*\[\d+\])::[A-Za-z0-9]+$")
 # a `filename` stat (docs/trace-signals.md, "Jobs that are not ours": TFRecord files).
 _OPENS_FILE = re.compile(r"DatasetOp::Iterator::")
 # Extensions of the codecs TFRecordDataset inflates (compression_type GZIP / ZLIB).
-_COMPRESSED = re.compile(r"(?i)\.(gz|gzip|z|zz|zlib|deflate)$")
+_COMPRESSED = re.compile(r"(?i)\.(gz|gzip|zz|zlib|deflate)$")
+# Readers of serialized records, one per reader call: a batch's worth of calls means one example
+# per record. Line and column readers (TextLine, CSV) read one row per call whatever the format.
+_RECORD_READERS = frozenset({"TFRecord", "ArrayRecord"})
 
 
 @dataclass
@@ -59,7 +62,7 @@ class InputPipeline:
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
     reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
-    records_per_step: float  # reader stage calls per step: records (or lines) read one by one
+    records_per_step: float  # record-reader calls per step and host: records read one by one
     files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
 
@@ -91,7 +94,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     paths = sorted({_BRACKETS.sub("", n) for n in present_values(named)
                     if n.startswith("Iterator::")})
     work = ctx.in_steps(kinds=("input_work",),
-                        columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
+                        columns=("host", "name", "op_type", "start_ns", "end_ns", "dur_ns"))
     # Masks and masked sums over the clipped rows, no row subsets: on a per-example pipeline
     # most events are input work, and each boolean-indexed copy of `work` cost tens of MB.
     wname = work["name"]
@@ -105,6 +108,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     # `from_tensor_slices(paths).map(tf.io.read_file)` reads files with no reader stage.
     is_file_op = is_op & cat_mask(work["op_type"], _FILE_OPS.__contains__)
     is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
+    is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
     # Concurrency of reads: the direct children of interleave elements (one per open input),
@@ -145,7 +149,8 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
-        records_per_step=int(is_reader.sum()) / n,
+        # Each host reads its own share of the batch: calls per step and host.
+        records_per_step=int(is_record.sum()) / n / max(work["host"][is_record].nunique(), 1),
         files=_files_opened(ctx),
         # Stage events nest (Iterator::Root holds every stage below it, *Produce wraps a
         # stage), so their totals count the same time over and over: the work itself is in the
@@ -215,7 +220,8 @@ def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, s
 
 def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     """Why the pipeline is slow, as far as the trace (and run metadata) show: no prefetch, low
-    parallelism, per-example parsing, Python functions, decompression; cause → evidence."""
+    parallelism, per-example parsing, one example per record, Python functions, decompression
+    (run metadata, else the names of the files the readers open); cause → evidence."""
     causes: dict[str, str] = {}
     if not pipe.present:
         return causes
@@ -256,7 +262,7 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
             causes["per_example_parsing"] += f"; {records}"
         else:
             causes["per_example_records"] = records
-    compression = str((ctx.config or {}).get("compression", "")).lower()
+    compression = str((ctx.config or {}).get("compression") or "").lower()
     compressed = [f for f in pipe.files if _COMPRESSED.search(f)]
     if compression in ("gzip", "zlib"):
         causes["decompression"] = (f"run metadata: records are {compression.upper()}-compressed; "

@@ -91,14 +91,14 @@ def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     assert f["input_preprocessing"].severity == "high"
 
 
-def _records(per_step: int, file_suffix: str | None = None):
+def _records(per_step: int, file_suffix: str | None = None, reader: str = "TFRecord"):
     """`per_step` reader calls per step on one tf.data thread, one record each, as a TFRecord
     reader of one-example records writes them; with `file_suffix`, the reader opens a file of
     that name once per step (`SetupStreamsLocked` with its `filename` stat)."""
     def add(b, host, main, comp, t0, i):
         line = host.line("tf_data_private_threadpool/80", line_id=80)
         for k in range(per_step):
-            line.event(f"{PIPE}[{i}]::FlatMap[0]::TFRecord", t0 + 2000 + k * 20_000, 10_000)
+            line.event(f"{PIPE}[{i}]::FlatMap[0]::{reader}", t0 + 2000 + k * 20_000, 10_000)
         if file_suffix is not None:
             line.event("TFRecordDatasetOp::Iterator::SetupStreamsLocked", t0 + 1000, 500,
                        filename=f"/data/train/part-{i:05d}{file_suffix}")
@@ -116,6 +116,26 @@ def test_one_example_per_record_is_input_preprocessing_not_io(tmp_path):
     # 1,024 records and the 4 interleave readers' own read each step.
     assert "1028 records read per step" in " ".join(f["input_preprocessing"].evidence)
     assert "prebatched" in f["input_preprocessing"].remedy
+
+
+def test_lines_read_one_by_one_are_not_records(tmp_path):
+    """A TextLine or CSV reader returns one row per call whatever the data: not the TFRecord
+    one-example-per-record pattern (its remedy would be wrong)."""
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(1024, reader="TextLine"))
+    f = by_id(analyze(run))
+    assert "per_example_records" not in f.get("input_preprocessing",
+                                               f.get("io_stall")).numbers.get("causes", [])
+
+
+def test_records_per_step_count_per_host(tmp_path):
+    """Two hosts, each reading 40 one-example records of its share of the batch per step: 40
+    per host, below the threshold; one host reading all 80 is above it."""
+    b, run = host_trace(tmp_path / "two", wait_ms=60, per_step=_records(40))
+    b.write(tmp_path / "two", host="worker1")
+    _, one = host_trace(tmp_path / "one", wait_ms=60, per_step=_records(80))
+    assert "per_example_records" in by_id(analyze(one))["input_preprocessing"].numbers["causes"]
+    found = by_id(analyze(run))
+    assert "input_preprocessing" not in found and "io_stall" in found
 
 
 def test_few_records_per_step_are_prebatched(tmp_path):

@@ -351,3 +351,68 @@ def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
     assert "distribute_dataset" in tf["serialized_h2d"].remedy
     assert "fuse gradients" in tf["collective_overhead"].remedy
     assert "DDP" not in tf["collective_overhead"].remedy
+
+
+def test_op_that_launches_then_waits_is_the_wait(tmp_path):
+    """aten::nonzero: a kernel launch (10 µs), then a blocking copy of the count (1.59 ms, its
+    copy starting at the call's end). Most of the op is the wait: sync, not launch."""
+    import json
+
+    from analyzers.ingest.chrome_trace import read_chrome_trace
+
+    host = {"pid": 10, "tid": 10}
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
+           **host},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "ts": 100, "dur": 1650, **host},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 110, "dur": 10,
+           "args": {"correlation": 30}, **host},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 130, "dur": 1590,
+           "args": {"correlation": 31}, **host},
+          {"ph": "X", "cat": "kernel", "name": "nonzero_kernel", "pid": 0, "tid": 7, "ts": 130,
+           "dur": 100, "args": {"device": 0, "correlation": 30}},
+          {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0,
+           "tid": 7, "ts": 1715, "dur": 5, "args": {"device": 0, "correlation": 31}}]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    events, _ = read_chrome_trace(path, "rank0")
+    kind = _kinds(events)
+    assert kind["aten::nonzero"] == kind["cudaMemcpyAsync"] == "sync"
+    assert kind["cudaLaunchKernel"] == "launch"
+    row = step_breakdown(events).table.iloc[0]
+    assert row["launch"] == 10 * US and row["device_compute"] == 100 * US
+    assert row["device_sync"] == (1750 - 100 - 100 - 5) * US - 10 * US
+
+
+def test_serial_copies_of_separate_processes_are_not_serialized_h2d(tmp_path):
+    """Two DDP ranks, each its own trace file and GPU, copying at different times: nobody issued
+    them one after another. The same copies from one process to both GPUs are."""
+    import json
+
+    from analyzers.report import analyze
+
+    def rank(devices: list[int]) -> list[dict]:
+        ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+        for i in range(3):
+            t0 = i * 100_000
+            ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
+                    "tid": 10, "ts": t0, "dur": 99_000},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
+                    "ts": t0, "dur": 20_000}]
+            for d in devices:
+                gpu = {"pid": d, "tid": 7, "args": {"device": d}}
+                ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+                        "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
+                       {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
+                        "ts": t0 + 20_000, "dur": 70_000, **gpu}]
+        return ev
+    ddp = tmp_path / "ddp"
+    ddp.mkdir()
+    for r in (0, 1):
+        (ddp / f"rank{r}.pt.trace.json").write_text(json.dumps({"traceEvents": rank([r])}))
+    one = tmp_path / "dp"
+    one.mkdir()
+    (one / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": rank([0, 1])}))
+    assert "serialized_h2d" in {f.id for f in analyze(one).findings}
+    report = analyze(ddp)
+    assert report.ctx.n_devices == 2
+    assert "serialized_h2d" not in {f.id for f in report.findings}

@@ -617,6 +617,8 @@ def test_begin_end_events_pair_per_thread_as_a_stack(tmp_path):
                    ("train", "100", 0, 100_000),
                    ("train", "100", 100_000, 100_000)]
     assert df.set_index("name").loc["outer", "correlation_id"] == 9
+    # A thread named by text is a thread of its own, not the shared "no id" -1.
+    assert df.set_index("name").loc["read", "line_id"] < -1
     assert sorted(df.loc[df["name"] == "train", "step_num"]) == [3, 4]
     assert step_breakdown(read_chrome_trace(tmp_path / "t.trace.json", "h")[0]).source == \
         "markers:train"
