@@ -314,6 +314,29 @@ def test_tf_driver_copy_call_blocked_on_the_stream(tmp_path):
     assert list(map(str, calls["kind"])) == ["sync", "d2h"]
 
 
+def _torch_gpu_steps(devices: list[int], nccl: bool = False) -> list[dict]:
+    """3 PyTorch steps of 100 ms from one process: an input copy to each of `devices` in turn
+    (10 ms each, 20 ms into the step at most), then 40 ms of kernels on each, then (`nccl`) a
+    30 ms all-reduce; the 40 ms become 70 without it."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+    for i in range(3):
+        t0 = i * 100_000
+        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
+                "tid": 10, "ts": t0, "dur": 99_000},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
+                "ts": t0, "dur": 20_000}]
+        for d in devices:
+            gpu = {"pid": d, "tid": 7, "args": {"device": d}}
+            ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+                    "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
+                   {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
+                    "ts": t0 + 20_000, "dur": 40_000 if nccl else 70_000, **gpu}]
+            if nccl:
+                ev.append({"ph": "X", "cat": "kernel", "ts": t0 + 60_000, "dur": 30_000,
+                           "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", **gpu})
+    return ev
+
+
 def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
     """DataParallel-style PyTorch steps on 2 GPUs (input scattered to one GPU after the other,
     an exposed NCCL all-reduce) against the same pattern in a TF trace: each remedy names its own
@@ -323,23 +346,9 @@ def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
     from analyzers.report import analyze
     from tests.analyzers.traces import gpu_trace
 
-    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
-    for i in range(3):
-        t0 = i * 100_000
-        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
-                "tid": 10, "ts": t0, "dur": 99_000},
-               {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
-                "ts": t0, "dur": 20_000}]
-        for d in range(2):
-            gpu = {"pid": d, "tid": 7, "args": {"device": d}}
-            ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
-                    "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
-                   {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
-                    "ts": t0 + 20_000, "dur": 40_000, **gpu},
-                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                    "ts": t0 + 60_000, "dur": 30_000, **gpu}]
     (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": ev}))
+    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(
+        json.dumps({"traceEvents": _torch_gpu_steps([0, 1], nccl=True)}))
     torch = {f.id: f for f in analyze(tmp_path / "torch").findings}
     tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", devices=2, h2d_ms=10,
                                              nccl_ms=30)).findings}
@@ -390,28 +399,14 @@ def test_serial_copies_of_separate_processes_are_not_serialized_h2d(tmp_path):
 
     from analyzers.report import analyze
 
-    def rank(devices: list[int]) -> list[dict]:
-        ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
-        for i in range(3):
-            t0 = i * 100_000
-            ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
-                    "tid": 10, "ts": t0, "dur": 99_000},
-                   {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
-                    "ts": t0, "dur": 20_000}]
-            for d in devices:
-                gpu = {"pid": d, "tid": 7, "args": {"device": d}}
-                ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
-                        "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
-                       {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
-                        "ts": t0 + 20_000, "dur": 70_000, **gpu}]
-        return ev
     ddp = tmp_path / "ddp"
     ddp.mkdir()
     for r in (0, 1):
-        (ddp / f"rank{r}.pt.trace.json").write_text(json.dumps({"traceEvents": rank([r])}))
+        (ddp / f"rank{r}.pt.trace.json").write_text(
+            json.dumps({"traceEvents": _torch_gpu_steps([r])}))
     one = tmp_path / "dp"
     one.mkdir()
-    (one / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": rank([0, 1])}))
+    (one / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": _torch_gpu_steps([0, 1])}))
     assert "serialized_h2d" in {f.id for f in analyze(one).findings}
     report = analyze(ddp)
     assert report.ctx.n_devices == 2
