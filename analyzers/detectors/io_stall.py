@@ -15,6 +15,7 @@ from analyzers.signals.input_pipeline import (
     input_cpu_bound,
     input_wait_ranges,
     pipeline_causes,
+    some_paths,
 )
 from analyzers.signals.os_sampler import summarize
 
@@ -50,6 +51,9 @@ def detect(ctx: Context) -> Finding | None:
         f"reader stages spend {pipe.reader_ms_per_step:.1f} ms per step; map-function ops only "
         f"{pipe.input_op_ms_per_step:.1f} ms",
     ]
+    if pipe.files:
+        evidence.append(f"the readers opened {len(pipe.files)} file(s) in the profile: "
+                        f"{some_paths(pipe.files)}")
     saved = 1 - max(1 - wait, 1 / READ_PARALLELISM_GAIN)
     evidence.append(f"estimate: {READ_PARALLELISM_GAIN:.0f}x the reads in flight produce batches "
                     f"{READ_PARALLELISM_GAIN:.0f}x faster ({speedup_from_saving(saved):.2f}x, "
@@ -73,7 +77,8 @@ def detect(ctx: Context) -> Finding | None:
         numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
                  "speedup_if_wait_removed": round(speedup_from_saving(wait), 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
-                 "reader_concurrency": round(pipe.reader_concurrency, 2)},
+                 "reader_concurrency": round(pipe.reader_concurrency, 2),
+                 "files_opened": len(pipe.files)},
         top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,

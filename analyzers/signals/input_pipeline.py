@@ -270,11 +270,12 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     elif compressed and not compression:
         causes["decompression"] = (
             f"{len(compressed)} of the {len(pipe.files)} files the readers opened are named as "
-            f"compressed ({_some(compressed)}): they are inflated inside the reader stages, "
+            f"compressed ({some_paths(compressed)}): they are inflated inside the reader stages, "
             f"{pipe.reader_ms_per_step:.1f} ms per step")
     return causes
 
 
-def _some(paths: list[str], shown: int = 2) -> str:
+def some_paths(paths: list[str], shown: int = 2) -> str:
+    """The first `shown` file names (no folders) and how many more."""
     names = ", ".join(p.replace("\\", "/").rsplit("/", 1)[-1] for p in paths[:shown])
     return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")

@@ -44,6 +44,8 @@ def test_io_stall_when_parallel_prefetched_readers_wait_and_cpu_idles(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=60)
     f = by_id(analyze(run))
     assert "io_stall" in f and "input_preprocessing" not in f
+    assert f["io_stall"].numbers["files_opened"] == 0  # no reader named its files
+    assert not any("file(s) in the profile" in e for e in f["io_stall"].evidence)
     assert f["io_stall"].severity == "high"
     assert f["io_stall"].step_fraction == pytest.approx(0.6, abs=0.02)
     # What-if: twice the reads in flight make batches twice as fast: the step falls to
@@ -172,6 +174,10 @@ def test_uncompressed_file_names_are_not_decompression(tmp_path, suffix):
     _, run = host_trace(tmp_path, wait_ms=60, per_step=_records(8, suffix))
     f = by_id(analyze(run))
     assert "input_preprocessing" not in f and "io_stall" in f
+    # The files read are evidence of the stall all the same.
+    assert f["io_stall"].numbers["files_opened"] == 5
+    assert f"the readers opened 5 file(s) in the profile: part-00000{suffix}, " \
+           f"part-00001{suffix} and 3 more" in f["io_stall"].evidence
 
 
 def test_file_names_outside_tf_data_readers_are_not_read_files(tmp_path):
