@@ -5,6 +5,9 @@ test_recorded_traces.py."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from analyzers.ingest.logdir import load_run
 from analyzers.steps import step_breakdown
 from tests.analyzers.xspace_builder import XSpaceBuilder
@@ -138,31 +141,41 @@ def test_launching_outranks_an_iterator_fetching_ahead(tmp_path):
 
 # ---- PyTorch profiler (Kineto) traces ----------------------------------------------------------
 
+# PyTorch profiler (Kineto) JSON, as HolisticTraceAnalysis's traces have it: the host process
+# (pid = tid = 10) and each GPU's stream 7 (pid = the device, `args.device`).
+_PROCESS = {"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}
+
+
+def _cpu(cat: str, name: str, ts: int, dur: int, **args) -> dict:
+    e = {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": 10, "ts": ts, "dur": dur}
+    return {**e, "args": args} if args else e
+
+
+def _gpu(cat: str, name: str, ts: int, dur: int, device: int = 0, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": device, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": device, **args}}
+
+
+def _write_torch(folder: Path, events: list[dict], name: str = "rank0.pt.trace.json") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
 def _torch_trace(tmp_path, *, gpu: bool = True):
     """One ProfilerStep: aten::linear > aten::addmm > cudaLaunchKernel, then an aten::view that
     launches nothing; on the GPU the kernel, Kineto's copy of the DDP annotation over it, and a
     stream waiting on an event. `gpu=False`: the same CPU ops with no launch or GPU at all."""
-    import json
-
-    host = {"pid": 10, "tid": 10}
-    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}},
-          {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
-           **host},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 100, "dur": 800, **host},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 150, "dur": 700, **host},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::view", "ts": 1000, "dur": 400, **host}]
+    ev = [_PROCESS, _cpu("user_annotation", "ProfilerStep#0", 0, 2000),
+          _cpu("cpu_op", "aten::linear", 100, 800), _cpu("cpu_op", "aten::addmm", 150, 700),
+          _cpu("cpu_op", "aten::view", 1000, 400)]
     if gpu:
-        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 200,
-                "dur": 600, "args": {"correlation": 7}, **host},
-               {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0,
-                "tid": 7, "ts": 900, "dur": 300, "args": {"device": 0, "correlation": 7}},
-               {"ph": "X", "cat": "gpu_user_annotation", "name": "DistributedDataParallel.forward",
-                "pid": 0, "tid": 7, "ts": 900, "dur": 1000, "args": {"device": 0}},
-               {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 7,
-                "ts": 1300, "dur": 400, "args": {"device": 0, "correlation": 9}}]
-    path = tmp_path / "rank0.pt.trace.json"
-    path.write_text(json.dumps({"traceEvents": ev}))
-    return path
+        ev += [_cpu("cuda_runtime", "cudaLaunchKernel", 200, 600, correlation=7),
+               _gpu("kernel", "ampere_sgemm_128x64_nn", 900, 300, correlation=7),
+               _gpu("gpu_user_annotation", "DistributedDataParallel.forward", 900, 1000),
+               _gpu("cuda_sync", "Stream Wait Event", 1300, 400, correlation=9)]
+    return _write_torch(tmp_path, ev)
 
 
 def test_pytorch_ops_annotations_and_syncs(tmp_path):
@@ -208,24 +221,17 @@ def test_remedies_name_the_framework_of_the_trace(tmp_path):
 def test_pingpong_remedy_names_the_framework(tmp_path):
     """The same bounce (kernel, copy back, host op while the GPU idles) in a PyTorch trace and in
     a TF one: each remedy names its own framework's calls."""
-    import json
-
     from analyzers.report import analyze
     from tests.analyzers.traces import gpu_trace
 
-    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+    ev = [_PROCESS]
     for i in range(2):
         t0 = i * 10_000
-        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
-                "tid": 10, "ts": t0, "dur": 9_900},
-               {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
-                "ts": t0, "dur": 4_000, "args": {"device": 0}},
-               {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)",
-                "pid": 0, "tid": 7, "ts": t0 + 4_000, "dur": 100, "args": {"device": 0}},
-               {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "pid": 10, "tid": 10,
-                "ts": t0 + 4_200, "dur": 3_800}]
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": ev}))
+        ev += [_cpu("user_annotation", f"ProfilerStep#{i}", t0, 9_900),
+               _gpu("kernel", "ampere_sgemm_128x64_nn", t0, 4_000),
+               _gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", t0 + 4_000, 100),
+               _cpu("cpu_op", "aten::nonzero", t0 + 4_200, 3_800)]
+    _write_torch(tmp_path / "torch", ev)
     torch = {f.id: f for f in analyze(tmp_path / "torch").findings}["host_device_pingpong"]
     assert ".item()" in torch.remedy and "tf.debugging" not in torch.remedy
     tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", kernel_ms=50, pingpong_ms=25,
@@ -237,23 +243,13 @@ def _copy_trace(tmp_path, host_dur_us: int, device_copy: str | None, copy_at_us:
     """A ProfilerStep of 2 ms: aten::_local_scalar_dense > cudaMemcpyAsync (0.1 ms in, lasting
     `host_dur_us`) and, when `device_copy` names one, the device copy CUPTI correlates with it,
     starting `copy_at_us` into the step (5 µs long); a kernel 0-0.1 ms keeps the GPU plane."""
-    import json
-
-    host = {"pid": 10, "tid": 10}
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
-           **host},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::_local_scalar_dense", "ts": 100,
-           "dur": host_dur_us + 10, **host},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 105,
-           "dur": host_dur_us, "args": {"correlation": 21}, **host},
-          {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
-           "ts": 0, "dur": 100, "args": {"device": 0, "correlation": 20}}]
+    ev = [_cpu("user_annotation", "ProfilerStep#0", 0, 2000),
+          _cpu("cpu_op", "aten::_local_scalar_dense", 100, host_dur_us + 10),
+          _cpu("cuda_runtime", "cudaMemcpyAsync", 105, host_dur_us, correlation=21),
+          _gpu("kernel", "ampere_sgemm_128x64_nn", 0, 100, correlation=20)]
     if device_copy:
-        ev.append({"ph": "X", "cat": "gpu_memcpy", "name": device_copy, "pid": 0, "tid": 7,
-                   "ts": copy_at_us, "dur": 5, "args": {"device": 0, "correlation": 21}})
-    path = tmp_path / "rank0.pt.trace.json"
-    path.write_text(json.dumps({"traceEvents": ev}))
-    return path
+        ev.append(_gpu("gpu_memcpy", device_copy, copy_at_us, 5, correlation=21))
+    return _write_torch(tmp_path, ev)
 
 
 def _kinds(events) -> dict[str, str]:
@@ -318,22 +314,19 @@ def _torch_gpu_steps(devices: list[int], nccl: bool = False) -> list[dict]:
     """3 PyTorch steps of 100 ms from one process: an input copy to each of `devices` in turn
     (10 ms each, 20 ms into the step at most), then 40 ms of kernels on each, then (`nccl`) a
     30 ms all-reduce; the 40 ms become 70 without it."""
-    ev = [{"ph": "M", "name": "process_name", "pid": 10, "args": {"name": "python3.10"}}]
+    ev = [_PROCESS]
     for i in range(3):
         t0 = i * 100_000
-        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 10,
-                "tid": 10, "ts": t0, "dur": 99_000},
-               {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 10, "tid": 10,
-                "ts": t0, "dur": 20_000}]
+        ev += [_cpu("user_annotation", f"ProfilerStep#{i}", t0, 99_000),
+               _cpu("cpu_op", "aten::copy_", t0, 20_000)]
         for d in devices:
-            gpu = {"pid": d, "tid": 7, "args": {"device": d}}
-            ev += [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
-                    "ts": t0 + d * 10_000, "dur": 10_000, **gpu},
-                   {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn",
-                    "ts": t0 + 20_000, "dur": 40_000 if nccl else 70_000, **gpu}]
+            ev += [_gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", t0 + d * 10_000, 10_000,
+                        device=d),
+                   _gpu("kernel", "ampere_sgemm_128x64_nn", t0 + 20_000,
+                        40_000 if nccl else 70_000, device=d)]
             if nccl:
-                ev.append({"ph": "X", "cat": "kernel", "ts": t0 + 60_000, "dur": 30_000,
-                           "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", **gpu})
+                ev.append(_gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 60_000,
+                               30_000, device=d))
     return ev
 
 
@@ -341,14 +334,10 @@ def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
     """DataParallel-style PyTorch steps on 2 GPUs (input scattered to one GPU after the other,
     an exposed NCCL all-reduce) against the same pattern in a TF trace: each remedy names its own
     framework's APIs."""
-    import json
-
     from analyzers.report import analyze
     from tests.analyzers.traces import gpu_trace
 
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "rank0.pt.trace.json").write_text(
-        json.dumps({"traceEvents": _torch_gpu_steps([0, 1], nccl=True)}))
+    _write_torch(tmp_path / "torch", _torch_gpu_steps([0, 1], nccl=True))
     torch = {f.id: f for f in analyze(tmp_path / "torch").findings}
     tf = {f.id: f for f in analyze(gpu_trace(tmp_path / "tf", devices=2, h2d_ms=10,
                                              nccl_ms=30)).findings}
@@ -365,24 +354,15 @@ def test_gpu_copy_and_collective_remedies_name_the_framework(tmp_path):
 def test_op_that_launches_then_waits_is_the_wait(tmp_path):
     """aten::nonzero: a kernel launch (10 µs), then a blocking copy of the count (1.59 ms, its
     copy starting at the call's end). Most of the op is the wait: sync, not launch."""
-    import json
-
     from analyzers.ingest.chrome_trace import read_chrome_trace
 
-    host = {"pid": 10, "tid": 10}
-    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 2000,
-           **host},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "ts": 100, "dur": 1650, **host},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 110, "dur": 10,
-           "args": {"correlation": 30}, **host},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 130, "dur": 1590,
-           "args": {"correlation": 31}, **host},
-          {"ph": "X", "cat": "kernel", "name": "nonzero_kernel", "pid": 0, "tid": 7, "ts": 130,
-           "dur": 100, "args": {"device": 0, "correlation": 30}},
-          {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0,
-           "tid": 7, "ts": 1715, "dur": 5, "args": {"device": 0, "correlation": 31}}]
-    path = tmp_path / "rank0.pt.trace.json"
-    path.write_text(json.dumps({"traceEvents": ev}))
+    path = _write_torch(tmp_path, [
+        _cpu("user_annotation", "ProfilerStep#0", 0, 2000),
+        _cpu("cpu_op", "aten::nonzero", 100, 1650),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 110, 10, correlation=30),
+        _cpu("cuda_runtime", "cudaMemcpyAsync", 130, 1590, correlation=31),
+        _gpu("kernel", "nonzero_kernel", 130, 100, correlation=30),
+        _gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 1715, 5, correlation=31)])
     events, _ = read_chrome_trace(path, "rank0")
     kind = _kinds(events)
     assert kind["aten::nonzero"] == kind["cudaMemcpyAsync"] == "sync"
@@ -395,18 +375,12 @@ def test_op_that_launches_then_waits_is_the_wait(tmp_path):
 def test_serial_copies_of_separate_processes_are_not_serialized_h2d(tmp_path):
     """Two DDP ranks, each its own trace file and GPU, copying at different times: nobody issued
     them one after another. The same copies from one process to both GPUs are."""
-    import json
-
     from analyzers.report import analyze
 
-    ddp = tmp_path / "ddp"
-    ddp.mkdir()
+    ddp, one = tmp_path / "ddp", tmp_path / "dp"
     for r in (0, 1):
-        (ddp / f"rank{r}.pt.trace.json").write_text(
-            json.dumps({"traceEvents": _torch_gpu_steps([r])}))
-    one = tmp_path / "dp"
-    one.mkdir()
-    (one / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": _torch_gpu_steps([0, 1])}))
+        _write_torch(ddp, _torch_gpu_steps([r]), name=f"rank{r}.pt.trace.json")
+    _write_torch(one, _torch_gpu_steps([0, 1]))
     assert "serialized_h2d" in {f.id for f in analyze(one).findings}
     report = analyze(ddp)
     assert report.ctx.n_devices == 2
