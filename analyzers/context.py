@@ -177,9 +177,23 @@ class Context:
         return bool(self.device_planes)
 
     @cached_property
-    def n_devices(self) -> int:
+    def hosts(self) -> list[str]:
+        """The hosts (one trace file each: a machine, or one worker process of a multi-worker
+        job) that hold events."""
+        return self.present("host")
+
+    @property
+    def n_hosts(self) -> int:
+        return max(len(self.hosts), 1)
+
+    @cached_property
+    def devices_per_host(self) -> int:
+        """The most devices one host drives: what a single process copies to, launches on, or
+        holds table replicas for."""
         if self.device_planes:
-            return len(self.device_planes)
+            if self.n_hosts == 1:
+                return len(self.device_planes)
+            return int(self._host_device_pairs.groupby("host").size().max())
         from_meta = metadata_device_count(self.run.metadata or {})
         if from_meta:
             return from_meta
@@ -187,6 +201,26 @@ class Context:
         ids = {m for n in names for m in _CPU_DEVICE.findall(n)}
         replicas = [int(a or b) + 1 for n in names for a, b in _REPLICA.findall(n)]
         return max(len(ids), max(replicas, default=1), 1)
+
+    @cached_property
+    def n_devices(self) -> int:
+        """Devices over all hosts: each host's device planes (every host of a multi-host GPU run
+        names its own `/device:GPU:0`), or on CPU hosts, the replicas one host's op names show
+        times the hosts (the workers of a multi-worker job run the same graph)."""
+        if self.device_planes and self.n_hosts > 1:
+            return len(self._host_device_pairs)
+        return self.devices_per_host * self.n_hosts
+
+    @cached_property
+    def _host_device_pairs(self) -> pd.DataFrame:
+        """The distinct (host, device plane) pairs, from the category codes."""
+        ev = self.events
+        rows = np.flatnonzero(cat_mask(ev["plane"], is_device_plane))
+        host, plane = (_values(ev[c])[rows].astype(np.int64) for c in ("host", "plane"))
+        width = len(ev["plane"].cat.categories)
+        pairs = np.unique(host * width + plane)
+        return pd.DataFrame({"host": ev["host"].cat.categories[pairs // width],
+                             "plane": ev["plane"].cat.categories[pairs % width]})
 
     @cached_property
     def framework(self) -> str:

@@ -52,7 +52,8 @@ class Report:
             "trace_files": [str(p) for p in self.run.trace_files],
             "hardware": {"accelerator": self.ctx.has_accelerator,
                          "device_planes": self.ctx.device_planes,
-                         "devices": self.ctx.n_devices, "cpus": self.ctx.n_cpus},
+                         "hosts": self.ctx.n_hosts, "devices": self.ctx.n_devices,
+                         "cpus": self.ctx.n_cpus},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
                       "median_ms": round(steps.median_step_ns() / 1e6, 3)},
             "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
@@ -122,7 +123,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
     out.append(f"{h}recadvisor analyze: run {d['run']} ({d['run_dir']})")
     hw = d["hardware"]
     kind = "accelerator " + ", ".join(hw["device_planes"]) if hw["accelerator"] else "CPU only"
-    out.append(f"hardware: {kind}"
+    hosts = f", {hw['hosts']} hosts" if hw["hosts"] > 1 else ""
+    out.append(f"hardware: {kind}{hosts}"
                f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
                f"sampler data: {'yes' if d['sampler'] else 'no'}")
     st = d["steps"]

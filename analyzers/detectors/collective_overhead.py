@@ -5,14 +5,19 @@ Signals: NCCL kernels on GPU planes (`ncclKernel_*`, `ncclDevKernel_*`), `Collec
 scopes, and `_Send`/`_Recv` between logical devices. Only exposed time counts (the breakdown
 gives compute priority), so collectives hidden under compute cost nothing here.
 On a CPU-only host the "devices" share the cores: fewer devices removes the exchange but not the
-arithmetic, so the estimate takes the share a smaller device count would save.
+arithmetic, so the estimate takes the share a smaller device count would save. Several hosts (one
+trace file each: multi-worker jobs) exchange over the network, which overlap or fewer hosts win
+back whole (docs/trace-signals.md, "Jobs that are not ours", multi-worker).
 """
 
 from __future__ import annotations
 
+import re
+
 from analyzers.context import Context
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.scaling import scaling_points
+from analyzers.steps import covered_ns
 
 ID = "collective_overhead"
 MIN_SHARE = 0.03
@@ -30,6 +35,47 @@ _REMEDY = {
                 "(register_comm_hook with fp16_compress_hook / bf16_compress_hook) and keep "
                 "embedding all-to-all payloads small."),
 }
+_MULTI_HOST_REMEDY = (
+    "Train on fewer hosts: one node with more devices beats several joined by the network "
+    "(seed 000: two 4-GPU nodes were slower than one, as all-reduce and all-gather went over "
+    "the network). Otherwise pack the gradients into fewer, larger all-reduces "
+    "(tf.distribute.experimental.CommunicationOptions(bytes_per_pack=...), "
+    "implementation=NCCL on GPUs), and use a larger per-worker batch so compute outweighs the "
+    "exchange.")
+_SAME_MACHINE_REMEDY = (
+    "Run one process per machine: MirroredStrategy over that machine's devices does the same "
+    "all-reduce in memory instead of over RPC between worker processes that share its cores; "
+    "keep MultiWorkerMirroredStrategy for workers on separate machines.")
+# TF's remote capture names each worker's file `<host>_<port>` (docs/trace-signals.md).
+_WORKER_PORT = re.compile(r"^(.+)_(\d{4,5})$")
+
+
+def _one_machine(hosts: list[str]) -> str | None:
+    """The machine all worker processes run on, when their trace files say so."""
+    found = [_WORKER_PORT.match(h) for h in hosts]
+    machines = {m.group(1) for m in found if m}
+    if len(hosts) > 1 and all(found) and len(machines) == 1:
+        return machines.pop()
+    return None
+
+
+def _peer_wait(ctx: Context) -> float | None:
+    """The share of the workers' collective time that passes while another worker still
+    computes: waiting for a slower peer, not exchanging. The breakdown already leaves that time
+    to compute (it is exposed nowhere); this says which of the two a worker's collectives are."""
+    ev = ctx.in_steps(kinds=("collective", "host_op", "device_compute"),
+                      columns=("host", "kind", "start_ns", "end_ns"))
+    coll = (ev["kind"] == "collective").to_numpy()
+    host = ev["host"].astype(str).to_numpy()
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    total = waiting = 0
+    for h in ctx.hosts:
+        mine, peers = coll & (host == h), ~coll & (host != h)
+        a = covered_ns(start[mine], end[mine])
+        b = covered_ns(start[peers], end[peers])
+        both = covered_ns(start[mine | peers], end[mine | peers])
+        total, waiting = total + a, waiting + a + b - both
+    return waiting / total if total else None
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -37,23 +83,46 @@ def detect(ctx: Context) -> Finding | None:
     n_dev = ctx.n_devices
     if share < MIN_SHARE or n_dev < 2:
         return None
+    hosts = ctx.n_hosts
     target = max(1, n_dev // 2)
-    # GPU: exposed exchange time is what overlap or fewer devices win back. CPU-only: the
-    # exchange becomes local gathers on the same cores; only the reduction over the replicas'
-    # copies ((n-1)/n of it) is redundant, and halving the devices removes half of that.
-    saved = share if ctx.has_accelerator else share * (1 - target / n_dev) * (n_dev - 1) / n_dev
+    # GPU: exposed exchange time is what overlap or fewer devices win back. Several hosts: the
+    # exchange is network (or RPC) time, won back the same way. CPU-only, one host: the exchange
+    # becomes local gathers on the same cores; only the reduction over the replicas' copies
+    # ((n-1)/n of it) is redundant, and halving the devices removes half of that.
+    whole = ctx.has_accelerator or hosts > 1
+    saved = share if whole else share * (1 - target / n_dev) * (n_dev - 1) / n_dev
     coll = ctx.in_steps(kinds=("collective", "d2d"), columns=("name", "dur_ns"))
     step_ms = ctx.steps.median_step_ns() / 1e6
     changes = {}
-    if ctx.config:
+    if ctx.config and hosts == 1:
         changes = {"devices": target}
-    hw = ("GPU collectives exposed (not overlapped with compute)" if ctx.has_accelerator else
-          f"{n_dev} logical devices on one CPU host: the exchange is memory copying on the "
-          "cores the model uses")
+    # GPU processes on one machine exchange over NVLink/PCIe, not RPC: only CPU workers count.
+    machine = None if ctx.has_accelerator else _one_machine(ctx.hosts)
+    if machine:
+        hw = (f"{hosts} worker processes on one machine ({machine}), {ctx.devices_per_host} "
+              "device(s) each: they share its cores and exchange over RPC")
+    elif hosts > 1:
+        hw = (f"{hosts} workers x {ctx.devices_per_host} device(s), a trace file each "
+              f"({', '.join(ctx.hosts[:4])}{', ...' if hosts > 4 else ''}): the exchange runs "
+              "between them, over the network when they are separate machines")
+    elif ctx.has_accelerator:
+        hw = "GPU collectives exposed (not overlapped with compute)"
+    else:
+        hw = (f"{n_dev} logical devices on one CPU host: the exchange is memory copying on the "
+              "cores the model uses")
     evidence = [f"exposed collective/exchange time {share:.1%} of step "
                 f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw]
+    numbers: dict = {"exposed_fraction": round(share, 4), "devices": n_dev, "hosts": hosts}
+    wait = _peer_wait(ctx) if hosts > 1 else None
+    if wait is not None:
+        numbers["peer_wait_fraction"] = round(wait, 4)
+        evidence.append(f"{wait:.0%} of the workers' collective time passes while another worker "
+                        "still computes (waiting for a slower peer); the rest is the exchange "
+                        "itself")
+    remedy = _REMEDY[ctx.framework]
+    if hosts > 1 and ctx.framework == "tensorflow":
+        remedy = _SAME_MACHINE_REMEDY if machine else _MULTI_HOST_REMEDY
     points = scaling_points(ctx.run.run_dir)
-    numbers = {"exposed_fraction": round(share, 4), "devices": n_dev}
     if points:
         best = max(points, key=lambda p: p.samples_per_s)
         evidence.append("scaling over the runs beside this one: " + ", ".join(
@@ -65,11 +134,11 @@ def detect(ctx: Context) -> Finding | None:
     return Finding(
         id=ID,
         title=f"Collectives and cross-device exchange take {share:.0%} of the step on {n_dev} "
-              "devices",
+              f"devices{f' of {hosts} workers' if hosts > 1 else ''}",
         step_fraction=share,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
-        remedy=_REMEDY[ctx.framework],
+        remedy=remedy,
         numbers=numbers,
         top_events=heaviest_events(coll),
         config_changes=changes,

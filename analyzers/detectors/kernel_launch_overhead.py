@@ -106,7 +106,7 @@ def _lookup_ops_per_device(ctx: Context) -> float:
     ev = ctx.events
     ops = {n for col in ("name", "tf_op") if isinstance(ev[col].dtype, pd.CategoricalDtype)
            for n in ctx.present(col) if _LOOKUP.search(n)}
-    return len(ops) / max(ctx.n_devices, 1)
+    return len(ops) / max(ctx.devices_per_host, 1)
 
 
 def _executor_overhead(ctx: Context) -> float:

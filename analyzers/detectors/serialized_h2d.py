@@ -57,7 +57,7 @@ def _gpu(ctx: Context) -> Finding | None:
     ratio = total / union if union else 1.0
     if ratio > OVERLAP_SERIAL:
         return None
-    n_dev = h2d["plane"].nunique()
+    n_dev = int(per_host.max())
     exposed = ctx.fractions.get("copy_h2d", 0.0)
     saved = exposed * (1 - 1 / n_dev)
     return Finding(
@@ -81,7 +81,7 @@ def _host(ctx: Context) -> Finding | None:
         return None
     copies = ctx.in_steps(line=ctx.main_line, name=_is_host_copy,
                           columns=("name", "start_ns", "end_ns", "dur_ns"))
-    n_dev = ctx.n_devices
+    n_dev = ctx.devices_per_host
     per_step = len(copies) / max(ctx.n_steps, 1)
     # Eager ops copy their inputs too; only a burst of explicit per-device copies counts.
     consts = copies[copies["name"].isin(_HOST_COPY_NAMES[1:])]

@@ -29,7 +29,9 @@ c1.metric("median step", f"{steps['median_ms']:.1f} ms" if steps["found"] else "
 c2.metric("steps", steps["count"])
 c3.metric("samples/s", ui.fmt_rate(d["samples_per_s"]))
 hw = d["hardware"]
-c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}")
+hosts = hw.get("hosts", 1)  # reports cached before the key existed lack it
+c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}"
+          + (f" on {hosts} hosts" if hosts > 1 else ""))
 st.caption(f"{d['run_dir']} · sampler data: {'yes' if d['sampler'] else 'no'} · "
            f"analyzed in {view.load_s:.1f} s")
 st.download_button("report.json (as `recadvisor analyze --format json`)",

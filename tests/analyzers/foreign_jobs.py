@@ -25,10 +25,22 @@ MODE:
   one example per record, GZIP-compressed (`*.tfrecord.gz`) or not (`*.tfrecord`), or one whole
   batch per record (prebatched, seed 002). `records_naive`: the uncompressed files through the
   tutorial pipeline (one `TFRecordDataset`, each example parsed as it comes, then batch).
+- `multiworker`: two worker processes of MultiWorkerMirroredStrategy on this machine, a custom
+  loop over a 64-512-512-1 MLP, 256 examples per worker: the gradients' all-reduce goes over RPC
+  every step. Profiled the way TensorBoard's "capture profile" does it, a profiler server in each
+  worker and one client call naming both: a `localhost_<port>.xplane.pb` per worker.
+  `multiworker_compute`: the same two workers on one 64x64 layer with 16,384 examples each (16 KB
+  of gradients, compute-bound). `<either>_single`: its global batch in one worker.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
+import contextlib
+import json
+import os
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,7 +99,96 @@ def profile_loop(step, steps: int = 20) -> None:
     tf.profiler.experimental.stop()
 
 
-if mode == "generator":
+# Per-worker batch and layer widths of the multi-worker jobs.
+_MULTIWORKER = {"multiworker": (256, (64, 512, 512, 1)), "multiworker_compute": (16384, (64, 256))}
+
+
+def multiworker(kind: str) -> None:
+    """Start the workers, wait until they train, trace them all with the profiler client."""
+    n = 1 if kind.endswith("_single") else 2
+    ports = []
+    for _ in range(2 * n):
+        with socket.socket() as sock:
+            sock.bind(("localhost", 0))
+            ports.append(sock.getsockname()[1])
+    flags = Path(tempfile.mkdtemp(prefix="workers-"))
+    procs = [subprocess.Popen([sys.executable, __file__, logdir, "_worker", kind, str(i),
+                               str(flags), *map(str, ports)], stdout=subprocess.PIPE, text=True)
+             for i in range(n)]
+    deadline = time.time() + 240
+    while not all((flags / f"ready{i}").exists() for i in range(n)):
+        if time.time() > deadline or any(p.poll() is not None for p in procs):
+            for p in procs:
+                p.kill()
+            raise SystemExit("a worker did not start training")
+        time.sleep(0.2)
+    # TF 2.21: each worker saves its own xplane, and the client then says it got none.
+    with contextlib.suppress(RuntimeError):
+        tf.profiler.experimental.client.trace(
+            ",".join(f"grpc://localhost:{p}" for p in ports[n:]), logdir, duration_ms=1500)
+    (flags / "stop").touch()
+    out = [p.communicate(timeout=120)[0] for p in procs]
+    print(out[0], end="", flush=True)
+    if len(list(Path(logdir).rglob("*.xplane.pb"))) != n:
+        raise SystemExit("the workers wrote no profile")
+
+
+def multiworker_worker(kind: str, index: int, flags: Path, ports: list[int]) -> None:
+    n = len(ports) // 2
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": [f"localhost:{p}" for p in ports[:n]]},
+        "task": {"type": "worker", "index": index}})
+    tf.profiler.experimental.server.start(ports[n + index])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    per_worker, widths = _MULTIWORKER[kind.removesuffix("_single")]
+    per_worker *= 2 // n  # a single worker takes the two workers' global batch
+    with strategy.scope():
+        ws = [tf.Variable(tf.random.normal((a, b)) * 0.05)
+              for a, b in zip(widths, widths[1:], strict=False)]
+        opt = tf.keras.optimizers.SGD(0.01)
+    x = rng.normal(size=(per_worker * 8, 64)).astype("float32")
+    y = (x[:, :1] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(per_worker * n).cache().repeat()
+    it = iter(strategy.experimental_distribute_dataset(ds))
+
+    def replica(a, b):
+        with tf.GradientTape() as tape:
+            h = a
+            for w in ws[:-1]:
+                h = tf.nn.relu(h @ w)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+                tf.broadcast_to(b, (tf.shape(h)[0], widths[-1])), h @ ws[-1]))
+        opt.apply_gradients(zip(tape.gradient(loss, ws), ws, strict=True))
+        return loss
+
+    @tf.function
+    def step():
+        return strategy.reduce("SUM", strategy.run(replica, next(it)), axis=None)
+    for _ in range(10):
+        step()
+    t = time.perf_counter()
+    for _ in range(50):
+        step()
+    float(step())
+    print(f"untraced_step_ms={(time.perf_counter() - t) / 51 * 1e3:.3f}", flush=True)
+    (flags / f"ready{index}").touch()
+    i, deadline = 0, time.time() + 120
+    while not (flags / "stop").exists() and time.time() < deadline:
+        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+            step()
+        i += 1
+    # Skip the interpreter's teardown: MultiWorkerMirroredStrategy can hang in it once the
+    # other worker is gone.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if mode == "_worker":
+    multiworker_worker(sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]),
+                       [int(a) for a in sys.argv[6:]])
+elif mode.startswith("multiworker"):
+    multiworker(mode)
+elif mode == "generator":
     def gen():
         while True:
             x = features(rng.normal(size=64).astype("float32"))
@@ -155,7 +256,6 @@ elif mode.startswith("mirrored"):
         return strategy.run(replica, args=next(it))
     profile_loop(step, steps=15)
 elif mode.startswith("records_"):
-    import tempfile
     gz, per_batch = mode == "records_gzip", mode == "records_prebatched"
     batch, n_records = 1024, 24 * 1024
     folder = Path(tempfile.mkdtemp(prefix="records-"))

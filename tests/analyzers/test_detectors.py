@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from analyzers.detectors.collective_overhead import _one_machine
 from analyzers.findings import Finding, Skipped
 from analyzers.report import analyze
 from tests.analyzers.traces import (
@@ -592,6 +593,69 @@ def test_exposed_nccl_is_collective_overhead(tmp_path):
 def test_nccl_hidden_under_compute_costs_nothing(tmp_path):
     assert "collective_overhead" not in by_id(analyze(gpu_trace(tmp_path, nccl_ms=30,
                                                                 nccl_overlapped=True)))
+
+
+def test_devices_of_several_hosts_add_up(tmp_path):
+    """Every host of a multi-host GPU run names its own /device:GPU:0..: two hosts of two GPUs
+    are four devices, two per process; their exposed all-reduce crosses the network."""
+    for host in ("worker0", "worker1"):
+        gpu_trace(tmp_path, devices=2, nccl_ms=30, host_name=host)
+    report = analyze(tmp_path)
+    assert (report.ctx.n_hosts, report.ctx.n_devices, report.ctx.devices_per_host) == (2, 4, 2)
+    assert report.to_dict()["hardware"]["hosts"] == 2
+    f = by_id(report)["collective_overhead"]
+    assert f.numbers["hosts"] == 2 and f.severity == "high" and "fewer hosts" in f.remedy
+    assert "one machine" not in " ".join(f.evidence)  # worker0/worker1 say nothing of machines
+    one = analyze(gpu_trace(tmp_path / "one", devices=2, nccl_ms=30))
+    assert (one.ctx.n_hosts, one.ctx.n_devices) == (1, 2) and "fewer hosts" not in by_id(
+        one)["collective_overhead"].remedy
+
+
+def _allreduce(start_ms: float, end_ms: float = 92):
+    def add(b, host, main, comp, t0, i):
+        host.line("collective_ops/3", line_id=3).event(
+            "sgd/CollectiveReduceV2:CollectiveReduceV2", t0 + int(start_ms * MS),
+            int((end_ms - start_ms) * MS))
+    return add
+
+
+def test_cpu_workers_exchanging_over_rpc(tmp_path):
+    """Two CPU worker processes profiled by TF's remote capture (`<host>_<port>` files): one
+    device each, 40% of the step in the all-reduce between them, which is RPC, not memory
+    copying, so the whole exposed time counts. Alone, the same trace has one device."""
+    for port in (6001, 6002):
+        host_trace(tmp_path, compute_ms=50, per_step=_allreduce(52), host_name=f"localhost_{port}")
+    report = analyze(tmp_path)
+    assert (report.ctx.n_hosts, report.ctx.n_devices) == (2, 2)
+    f = by_id(report)["collective_overhead"]
+    assert f.step_fraction == pytest.approx(0.4, abs=0.03)
+    assert f.speedup == pytest.approx(1 / (1 - f.step_fraction), rel=0.01) and f.severity == "high"
+    assert "one machine (localhost)" in f.evidence[1] and "MirroredStrategy" in f.remedy
+    assert f.numbers["peer_wait_fraction"] < 0.01  # both finish computing before exchanging
+    alone = analyze(host_trace(tmp_path / "alone", compute_ms=50, per_step=_allreduce(52))[1])
+    assert alone.ctx.n_devices == 1 and "collective_overhead" not in by_id(alone)
+
+
+def test_a_worker_waiting_for_a_slower_peer(tmp_path):
+    """Worker A computes 30 ms and enters the all-reduce at 32 ms; B computes 50 ms and joins at
+    52 ms: 18.5 of the 100 ms the two spend in collectives, A waits while B still computes. Only
+    the 41.5 ms when neither computes (50.5 to 92 ms) is exposed."""
+    host_trace(tmp_path, compute_ms=30, per_step=_allreduce(32), host_name="worker_a")
+    host_trace(tmp_path, compute_ms=50, per_step=_allreduce(52), host_name="worker_b")
+    f = by_id(analyze(tmp_path))["collective_overhead"]
+    assert f.numbers["peer_wait_fraction"] == pytest.approx(0.185, abs=0.005)
+    assert f.step_fraction == pytest.approx(0.415, abs=0.005)
+
+
+@pytest.mark.parametrize(("hosts", "machine"), [
+    (["localhost_6001", "localhost_6002"], "localhost"),
+    (["10.0.0.5_6009", "10.0.0.5_6010"], "10.0.0.5"),
+    (["10.0.0.5_6009", "10.0.0.6_6009"], None),  # two machines
+    (["worker_0", "worker_1"], None),  # not ports
+    (["localhost_6001"], None),
+])
+def test_workers_on_one_machine(hosts, machine):
+    assert _one_machine(hosts) == machine
 
 
 def test_many_tiny_kernels_are_launch_overhead(tmp_path):

@@ -30,6 +30,7 @@ def host_trace(
     parse_ops: int = 1,
     parse_op_ms: float = 1.0,
     per_step: Callable | None = None,
+    host_name: str = "host",
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
     then runs ops for `compute_ms` on a compute thread; tf.data readers (interleave elements,
@@ -66,7 +67,7 @@ def host_trace(
                              t0 + int(k * parse_op_ms * MS * 0.5), int(parse_op_ms * MS))
         if per_step:
             per_step(b, host, main, comp, t0, i)
-    return b, b.write(tmp)
+    return b, b.write(tmp, host=host_name)
 
 
 def gpu_trace(
@@ -83,6 +84,7 @@ def gpu_trace(
     nccl_overlapped: bool = False,
     pingpong_ms: float = 0.0,
     lookups: int = 0,
+    host_name: str = "host",
 ) -> Path:
     """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL; the
     first `lookups` kernels of each device are embedding-table gathers (their `tf_op` stat)."""
@@ -126,7 +128,7 @@ def gpu_trace(
         if pingpong_ms:
             ps = after_copy + int(kernel_ms * MS) + MS // 4
             hostops.event("postprocess/Unique:Unique", ps, int(pingpong_ms * MS))
-    return b.write(tmp)
+    return b.write(tmp, host=host_name)
 
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
