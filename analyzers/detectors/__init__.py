@@ -18,6 +18,7 @@ DETECTOR_IDS = (
     "function_retracing",
     "per_step_overhead",
     "host_device_pingpong",
+    "dense_embedding_update",
 )
 
 

@@ -31,6 +31,12 @@ MODE:
   worker and one client call naming both: a `localhost_<port>.xplane.pb` per worker.
   `multiworker_compute`: the same two workers on one 64x64 layer with 16,384 examples each (16 KB
   of gradients, compute-bound). `<either>_single`: its global batch in one worker.
+- `embedding_adam` / `embedding_read` / `embedding_sparse`: a custom loop over a 1,000,000 x 32
+  embedding table (26 ids per example, batch 1,024) and a 64-unit layer. `embedding_adam`: Keras
+  3's Adam on every variable (it densifies the table's gradient and updates every row).
+  `embedding_read`: the table updated by a scatter, its rows gathered from a read of it (copied
+  whole each step). `embedding_sparse`: rows looked up from the variable (ResourceGather) and
+  updated by a scatter, Adam for the dense layer only.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -303,6 +309,32 @@ elif mode.startswith("records_"):
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
+elif mode.startswith("embedding_"):
+    vocab = 1_000_000
+    ids = rng.integers(0, vocab, size=(64 * 1024, 26))
+    labels = rng.random((64 * 1024, 1)).astype("float32")
+    batches = iter(tf.data.Dataset.from_tensor_slices((ids, labels)).batch(1024).cache()
+                   .repeat().prefetch(2))
+    table = tf.Variable(tf.random.uniform((vocab, 32), -0.05, 0.05))
+    w1 = tf.Variable(tf.random.normal((26 * 32, 64)) * 0.05)
+    w2 = tf.Variable(tf.random.normal((64, 1)) * 0.05)
+    adam = tf.keras.optimizers.Adam()
+
+    @tf.function
+    def step():
+        x, y = next(batches)
+        with tf.GradientTape() as tape:
+            rows = (tf.gather(table.read_value(), x) if mode == "embedding_read"
+                    else tf.nn.embedding_lookup(table, x))
+            h = tf.nn.relu(tf.reshape(rows, (-1, 26 * 32)) @ w1)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, h @ w2))
+        g_table, g1, g2 = tape.gradient(loss, [table, w1, w2])
+        if mode == "embedding_adam":
+            adam.apply_gradients([(g_table, table), (g1, w1), (g2, w2)])
+        else:
+            table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
+            adam.apply_gradients([(g1, w1), (g2, w2)])
+    profile_loop(step, steps=10)
 elif mode in ("numpy_feed", "dataset_feed"):
     # float64 NumPy batches sliced and passed to a tf.function each step (converted on the
     # Python thread, cast inside), or the same data as a float32 tf.data pipeline.

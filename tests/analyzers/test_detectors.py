@@ -658,6 +658,58 @@ def test_workers_on_one_machine(hosts, machine):
     assert _one_machine(hosts) == machine
 
 
+def _embedding_step(update: str, read_ms: float = 0.01):
+    """Per step on the compute thread after the model's ops: a 2 ms forward lookup, then the
+    table's update: `dense` (Keras 3 Adam: UnsortedSegmentSum and elementwise ops over the
+    table, 60 ms in all) or `scatter` (4 ms); and a ReadVariableOp of `read_ms`."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_Compute/12", line_id=12)
+        line.event("Read/ReadVariableOp:ReadVariableOp", t0 + MS, int(read_ms * MS))
+        t = t0 + MS + int(read_ms * MS)
+        line.event("embedding_lookup:ResourceGather", t, 2 * MS)
+        t += 2 * MS
+        if update == "dense":
+            for k, op in enumerate(("adam/UnsortedSegmentSum:UnsortedSegmentSum",
+                                    "adam/Mul_3:Mul", "adam/Sqrt_1:Sqrt",
+                                    "adam/AssignSubVariableOp:AssignSubVariableOp")):
+                line.event(op, t + k * 15 * MS, 15 * MS - 1000)
+        else:
+            line.event("ResourceScatterSub:ResourceScatterSub", t, 4 * MS)
+    return add
+
+
+def test_dense_optimizer_update_of_a_table(tmp_path):
+    """60 ms of the 100 ms step in the optimizer's dense path, 2 ms of lookups: 60 - 2 x 2 ms
+    saved by a row-sparse update."""
+    report = analyze(host_trace(tmp_path, compute_ms=20, per_step=_embedding_step("dense"))[1])
+    f = by_id(report)["dense_embedding_update"]
+    assert f.numbers["causes"] == ["dense_optimizer"]
+    assert f.step_fraction == pytest.approx(0.56, abs=0.01) and f.severity == "high"
+    assert "scatter" in f.remedy
+
+
+def test_scattered_table_read_whole_every_step(tmp_path):
+    report = analyze(host_trace(tmp_path, compute_ms=20,
+                                per_step=_embedding_step("scatter", read_ms=15))[1])
+    f = by_id(report)["dense_embedding_update"]
+    assert f.numbers["causes"] == ["table_copy_on_read"]
+    assert f.step_fraction == pytest.approx(0.15, abs=0.01) and "ResourceGather" in f.remedy
+
+
+def test_row_sparse_tables_are_not_dense_updates(tmp_path):
+    """A scatter update and microsecond reads; and the dense path without any lookup (no table
+    in the model) is not this finding either."""
+    sparse = analyze(host_trace(tmp_path / "a", compute_ms=20,
+                                per_step=_embedding_step("scatter"))[1])
+    assert "dense_embedding_update" not in by_id(sparse)
+
+    def no_lookup(b, host, main, comp, t0, i):
+        host.line("tf_Compute/12", line_id=12).event(
+            "adam/UnsortedSegmentSum:UnsortedSegmentSum", t0 + MS, 60 * MS)
+    dense_mlp = analyze(host_trace(tmp_path / "b", compute_ms=20, per_step=no_lookup)[1])
+    assert "dense_embedding_update" not in by_id(dense_mlp)
+
+
 def test_many_tiny_kernels_are_launch_overhead(tmp_path):
     f = by_id(analyze(gpu_trace(tmp_path, kernels=400, kernel_ms=4, devices=1)))
     assert f["kernel_launch_overhead"].numbers["ops_per_step"] == 400

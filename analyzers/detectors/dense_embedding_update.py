@@ -1,0 +1,126 @@
+"""`dense_embedding_update`: embedding tables handled whole, every row, every step.
+
+A batch touches a few thousand rows of a table of millions, so a recommender's step should cost
+in proportion to the batch. Two TensorFlow patterns make it cost in proportion to the table
+(docs/trace-signals.md, "Embedding tables under Keras 3 optimizers"):
+- `dense_optimizer`: the optimizer turns the table's sparse gradient (IndexedSlices) into a dense
+  table-sized tensor, an `UnsortedSegmentSum` under its name scope (`adam/`, `Adam/`,
+  `adagrad/`, ...), then updates every row with elementwise ops. Keras 3's Adam and Adagrad do.
+  The saving is the optimizer ops' share of the step less what a row-sparse update costs, taken
+  as two of the forward lookups (a gather and a scatter of the batch's rows per slot, measured
+  2.4x one lookup).
+- `table_copy_on_read`: `ReadVariableOp`s of a millisecond or more while the model looks rows up:
+  TF copies on read a variable that sparse ops write, so gathering from a read of the table (Keras
+  3's Embedding layer: `ReadVariableOp` then `GatherV2`) copies all of it each step. The saving is
+  their share.
+Keys on TF op names, so CPU hosts (and the host ops of GPU traces); kernels' `tf_op` on GPU
+planes are not read yet.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analyzers.context import Context
+from analyzers.events import cat_mask
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.steps import covered_ns
+
+ID = "dense_embedding_update"
+MIN_SHARE = 0.05
+SPARSE_LOOKUPS = 2.0  # a row-sparse update costs about this many forward lookups
+COPY_MIN_NS = 500_000  # a plain read is a reference count: microseconds
+_OPTIMIZER = re.compile(
+    r"(?:^|/)(?:adam|adamw|adamax|nadam|adagrad|adadelta|adafactor|rmsprop|ftrl|lion|lamb|sgd|"
+    r"momentum|gradientdescent)(?:_\d+)?/", re.IGNORECASE)
+_LOOKUP = re.compile(r":(?:ResourceGather|GatherV2)$")
+_DENSIFY = re.compile(r":UnsortedSegmentSum$")
+_READ = re.compile(r":ReadVariableOp$")
+_REMEDY = {
+    "dense_optimizer": (
+        "Update the embedding tables row-sparsely, only the rows the batch touched: apply the "
+        "dense optimizer (Adam, Adagrad) to the dense layers only and update each table with a "
+        "scatter (table.scatter_sub(tf.IndexedSlices(lr * g.values, g.indices))), or with a lazy "
+        "Adam that gathers and scatters its slots for the batch's rows; for tables of many GB, "
+        "an embedding library that does this (TensorFlow Recommenders-Addons, NVIDIA "
+        "distributed-embeddings, seed 001)."),
+    "table_copy_on_read": (
+        "Look rows up from the table variable itself, tf.nn.embedding_lookup(table_variable, ids) "
+        "(ResourceGather), instead of gathering from a read of it: a variable that sparse ops "
+        "write is copied whole on every read (Keras 3's Embedding layer reads the table, then "
+        "GatherV2)."),
+}
+
+
+def _share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
+    if not mask.any() or total_ns <= 0:
+        return 0.0
+    return covered_ns(ops["start_ns"].to_numpy()[mask], ops["end_ns"].to_numpy()[mask]) / total_ns
+
+
+def _wanted(name: str) -> bool:
+    return bool(_OPTIMIZER.search(name) or _LOOKUP.search(name) or _READ.search(name))
+
+
+def detect(ctx: Context) -> Finding | None:
+    names = ctx.present("name")
+    if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
+        return None
+    if not any(_READ.search(n) or (_DENSIFY.search(n) and _OPTIMIZER.search(n)) for n in names):
+        return None
+    # Only the few op names this reads are clipped (all host ops of a large trace are millions);
+    # the names are TF ops', so no kind test is needed.
+    ops = ctx.in_steps(name=_wanted, columns=("name", "start_ns", "end_ns", "dur_ns"))
+    if ops.empty:
+        return None
+    total = float(ctx.total_step_ns)
+    in_optimizer = cat_mask(ops["name"], _OPTIMIZER.search)
+    lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
+    densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
+    read = cat_mask(ops["name"], _READ.search)
+    # A copy is a read of a millisecond or more, judged per op name on the median.
+    med = ops[read].groupby("name", observed=True)["dur_ns"].median()
+    copying = set(med[med >= COPY_MIN_NS].index)
+    copy = read & ops["name"].isin(copying).to_numpy()
+
+    lookup_share = _share(ops, lookup, total)
+    savings: dict[str, float] = {}
+    evidence: list[str] = []
+    n = max(ctx.n_steps, 1)
+    if densify.any():
+        opt_share = _share(ops, in_optimizer, total)
+        saved = max(opt_share - SPARSE_LOOKUPS * lookup_share, 0.0)
+        if saved >= MIN_SHARE:
+            savings["dense_optimizer"] = saved
+            evidence.append(
+                f"the optimizer densifies the tables' sparse gradients ({densify.sum() / n:.0f} "
+                f"UnsortedSegmentSum per step under its name scope) and updates every row: its "
+                f"ops cover {opt_share:.1%} of the step, against {lookup_share:.1%} for the "
+                f"forward lookups (a row-sparse update is taken as {SPARSE_LOOKUPS:g} of them)")
+    copy_share = _share(ops, copy, total)
+    if copy_share >= MIN_SHARE:
+        savings["table_copy_on_read"] = copy_share
+        evidence.append(
+            f"{copy.sum() / n:.0f} variable read(s) per step of {med.max() / 1e6:.1f} ms median "
+            f"({copy_share:.1%} of the step): copies of a whole variable that sparse ops write, "
+            f"read to gather rows from")
+    if not savings:
+        return None
+    saved = sum(savings.values())
+    where = (in_optimizer if "dense_optimizer" in savings else np.zeros(len(ops), bool)) | (
+        copy if "table_copy_on_read" in savings else False)
+    return Finding(
+        id=ID,
+        title="Embedding tables are updated or copied whole every step",
+        step_fraction=saved,
+        speedup=speedup_from_saving(saved),
+        evidence=evidence,
+        remedy=" ".join(_REMEDY[c] for c in savings),
+        numbers={"causes": list(savings), **{f"{c}_fraction": round(s, 4)
+                                              for c, s in savings.items()},
+                 "lookup_fraction": round(lookup_share, 4)},
+        top_events=heaviest_events(ops, where=where),
+    )
