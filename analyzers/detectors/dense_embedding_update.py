@@ -39,6 +39,13 @@ _OPTIMIZER = re.compile(
 _LOOKUP = re.compile(r":(?:ResourceGather|GatherV2)$")
 _DENSIFY = re.compile(r":UnsortedSegmentSum$")
 _READ = re.compile(r":ReadVariableOp$")
+# Ops of a row-sparse update: what stays when the tables are updated by rows.
+_SPARSE_UPDATE = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|"
+                            r"GatherV2|Unique\w*)$")
+# The optimizer's share of a step is (elementwise passes over every parameter) against (the
+# model's compute over the batch): a few percent for dense layers at any usable batch size.
+# A quarter or more, with tables in the model, is the tables updated whole.
+DENSE_ALONE = 0.25
 _REMEDY = {
     "dense_optimizer": (
         "Update the embedding tables row-sparsely, only the rows the batch touched: apply the "
@@ -69,20 +76,22 @@ def detect(ctx: Context) -> Finding | None:
     names = ctx.present("name")
     if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
         return None
-    if not any(_READ.search(n) or (_DENSIFY.search(n) and _OPTIMIZER.search(n)) for n in names):
+    if not any(_READ.search(n) or (_OPTIMIZER.search(n) and not _SPARSE_UPDATE.search(n))
+               for n in names):
         return None
-    # Only the few op names this reads are clipped (all host ops of a large trace are millions);
-    # the names are TF ops', so no kind test is needed.
-    ops = ctx.in_steps(name=_wanted, columns=("name", "start_ns", "end_ns", "dur_ns"))
+    # Only the few op names this reads are clipped (all host ops of a large trace are millions).
+    ops = ctx.in_steps(name=_wanted, columns=("name", "kind", "start_ns", "end_ns"))
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
-    in_optimizer = cat_mask(ops["name"], _OPTIMIZER.search)
+    # Collectives under the optimizer's scope (MirroredStrategy's all-reduce) are not updates.
+    in_optimizer = cat_mask(ops["name"], _OPTIMIZER.search) & (ops["kind"] == "host_op").to_numpy()
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
     densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)
     # A copy is a read of a millisecond or more, judged per op name on the median.
-    med = ops[read].groupby("name", observed=True)["dur_ns"].median()
+    reads = ops[read]
+    med = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True).median()
     copying = set(med[med >= COPY_MIN_NS].index)
     copy = read & ops["name"].isin(copying).to_numpy()
 
@@ -90,27 +99,31 @@ def detect(ctx: Context) -> Finding | None:
     savings: dict[str, float] = {}
     evidence: list[str] = []
     n = max(ctx.n_steps, 1)
-    if densify.any():
-        opt_share = _share(ops, in_optimizer, total)
-        saved = max(opt_share - SPARSE_LOOKUPS * lookup_share, 0.0)
+    # The copies are the other cause's; a scatter is what a row-sparse update keeps.
+    dense = in_optimizer & ~copy & ~cat_mask(ops["name"], _SPARSE_UPDATE.search)
+    dense_share = _share(ops, dense, total)
+    if densify.any() or dense_share >= DENSE_ALONE:
+        saved = max(dense_share - SPARSE_LOOKUPS * lookup_share, 0.0)
         if saved >= MIN_SHARE:
             savings["dense_optimizer"] = saved
+            how = (f"densifies the tables' sparse gradients ({densify.sum() / n:.0f} "
+                   "UnsortedSegmentSum per step under its name scope) and updates every row"
+                   if densify.any() else "updates every row of the tables")
             evidence.append(
-                f"the optimizer densifies the tables' sparse gradients ({densify.sum() / n:.0f} "
-                f"UnsortedSegmentSum per step under its name scope) and updates every row: its "
-                f"ops cover {opt_share:.1%} of the step, against {lookup_share:.1%} for the "
-                f"forward lookups (a row-sparse update is taken as {SPARSE_LOOKUPS:g} of them)")
+                f"the optimizer {how}: its dense ops cover {dense_share:.1%} of the step, against "
+                f"{lookup_share:.1%} for the forward lookups (a row-sparse update is taken as "
+                f"{SPARSE_LOOKUPS:g} of them)")
     copy_share = _share(ops, copy, total)
     if copy_share >= MIN_SHARE:
         savings["table_copy_on_read"] = copy_share
         evidence.append(
             f"{copy.sum() / n:.0f} variable read(s) per step of {med.max() / 1e6:.1f} ms median "
-            f"({copy_share:.1%} of the step): copies of a whole variable that sparse ops write, "
-            f"read to gather rows from")
+            f"({copy_share:.1%} of the step): copies of whole variables that sparse ops write "
+            f"(a table read to gather rows from, an optimizer slot)")
     if not savings:
         return None
     saved = sum(savings.values())
-    where = (in_optimizer if "dense_optimizer" in savings else np.zeros(len(ops), bool)) | (
+    where = (dense if "dense_optimizer" in savings else np.zeros(len(ops), bool)) | (
         copy if "table_copy_on_read" in savings else False)
     return Finding(
         id=ID,
@@ -122,5 +135,5 @@ def detect(ctx: Context) -> Finding | None:
         numbers={"causes": list(savings), **{f"{c}_fraction": round(s, 4)
                                               for c, s in savings.items()},
                  "lookup_fraction": round(lookup_share, 4)},
-        top_events=heaviest_events(ops, where=where),
+        top_events=heaviest_events(ops[where].assign(dur_ns=ops["end_ns"] - ops["start_ns"])),
     )

@@ -31,9 +31,10 @@ MODE:
   worker and one client call naming both: a `localhost_<port>.xplane.pb` per worker.
   `multiworker_compute`: the same two workers on one 64x64 layer with 16,384 examples each (16 KB
   of gradients, compute-bound). `<either>_single`: its global batch in one worker.
-- `embedding_adam` / `embedding_read` / `embedding_sparse`: a custom loop over a 1,000,000 x 32
-  embedding table (26 ids per example, batch 1,024) and a 64-unit layer. `embedding_adam`: Keras
-  3's Adam on every variable (it densifies the table's gradient and updates every row).
+- `embedding_adam` / `embedding_adagrad` / `embedding_read` / `embedding_sparse`: a custom loop
+  over a 1,000,000 x 32 embedding table (26 ids per example, batch 1,024) and a 64-unit layer.
+  `embedding_adam`: Keras 3's Adam on every variable (it densifies the table's gradient and
+  updates every row); `embedding_adagrad`: Keras 3's Adagrad (every row, no densifying op).
   `embedding_read`: the table updated by a scatter, its rows gathered from a read of it (copied
   whole each step). `embedding_sparse`: rows looked up from the variable (ResourceGather) and
   updated by a scatter, Adam for the dense layer only.
@@ -318,7 +319,8 @@ elif mode.startswith("embedding_"):
     table = tf.Variable(tf.random.uniform((vocab, 32), -0.05, 0.05))
     w1 = tf.Variable(tf.random.normal((26 * 32, 64)) * 0.05)
     w2 = tf.Variable(tf.random.normal((64, 1)) * 0.05)
-    adam = tf.keras.optimizers.Adam()
+    adam = (tf.keras.optimizers.Adagrad() if mode == "embedding_adagrad"
+            else tf.keras.optimizers.Adam())
 
     @tf.function
     def step():
@@ -329,7 +331,7 @@ elif mode.startswith("embedding_"):
             h = tf.nn.relu(tf.reshape(rows, (-1, 26 * 32)) @ w1)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, h @ w2))
         g_table, g1, g2 = tape.gradient(loss, [table, w1, w2])
-        if mode == "embedding_adam":
+        if mode in ("embedding_adam", "embedding_adagrad"):
             adam.apply_gradients([(g_table, table), (g1, w1), (g2, w2)])
         else:
             table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))

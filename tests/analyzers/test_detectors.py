@@ -688,6 +688,24 @@ def test_dense_optimizer_update_of_a_table(tmp_path):
     assert "scatter" in f.remedy
 
 
+@pytest.mark.parametrize(("op", "optimizer_ms", "found"), [
+    ("adagrad/Sqrt:Sqrt", 30, True), ("adagrad/Sqrt:Sqrt", 10, False),
+    # MirroredStrategy's all-reduce sits under the optimizer's scope: not an update.
+    ("sgd_1/CollectiveReduceV2:CollectiveReduceV2", 30, False)])
+def test_optimizer_share_alone(tmp_path, op, optimizer_ms, found):
+    """No densifying op (Keras 3 Adagrad): the optimizer's elementwise ops over every row take
+    30% of the step, which dense layers' updates never do at a usable batch size; 10% is not
+    taken as the tables."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_Compute/12", line_id=12)
+        line.event("embedding_lookup:ResourceGather", t0 + MS, MS)
+        line.event(op, t0 + 2 * MS, optimizer_ms * MS)
+    f = by_id(analyze(host_trace(tmp_path, compute_ms=20, per_step=add)[1]))
+    assert ("dense_embedding_update" in f) == found
+    if found:
+        assert f["dense_embedding_update"].step_fraction == pytest.approx(0.28, abs=0.01)
+
+
 def test_scattered_table_read_whole_every_step(tmp_path):
     report = analyze(host_trace(tmp_path, compute_ms=20,
                                 per_step=_embedding_step("scatter", read_ms=15))[1])
