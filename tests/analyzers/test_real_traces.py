@@ -56,8 +56,9 @@ def foreign(tmp_path_factory) -> Callable[[str], Path]:
     def run(mode: str) -> Path:
         if mode not in done:
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(root / mode), mode],
-                           check=True, timeout=300, env=env, capture_output=True)
+            job = subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(root / mode),
+                                  mode], timeout=300, env=env, capture_output=True, text=True)
+            assert job.returncode == 0, f"{mode} failed:\n{job.stderr[-3000:]}"
             done[mode] = root / mode
         return done[mode]
     return run
