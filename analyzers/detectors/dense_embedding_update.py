@@ -5,11 +5,13 @@ in proportion to the batch. Two TensorFlow patterns make it cost in proportion t
 (docs/trace-signals.md, "Embedding tables under Keras 3 optimizers"):
 - `dense_optimizer`: the optimizer turns the table's sparse gradient (IndexedSlices) into a dense
   table-sized tensor, an `UnsortedSegmentSum` under its name scope (`adam/`, `Adam/`,
-  `adagrad/`, ...), then updates every row with elementwise ops. Keras 3's Adam and Adagrad do.
+  `adagrad/`, ...), then updates every row with elementwise ops (Keras 3's Adam). Without that
+  op, the optimizer's dense ops reaching DENSE_ALONE of the step say the same (Keras 3's Adagrad).
   The saving is the optimizer ops' share of the step less what a row-sparse update costs, taken
   as two of the forward lookups (a gather and a scatter of the batch's rows per slot, measured
   2.4x one lookup).
-- `table_copy_on_read`: `ReadVariableOp`s of a millisecond or more while the model looks rows up:
+- `table_copy_on_read`: `ReadVariableOp`s of half a millisecond or more (median per op name)
+  while the model looks rows up:
   TF copies on read a variable that sparse ops write, so gathering from a read of the table (Keras
   3's Embedding layer: `ReadVariableOp` then `GatherV2`) copies all of it each step. The saving is
   their share.
@@ -89,7 +91,7 @@ def detect(ctx: Context) -> Finding | None:
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
     densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)
-    # A copy is a read of a millisecond or more, judged per op name on the median.
+    # A copy is a read of COPY_MIN_NS or more, judged per op name on the median.
     reads = ops[read]
     med = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True).median()
     copying = set(med[med >= COPY_MIN_NS].index)
