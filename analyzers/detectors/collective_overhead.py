@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from analyzers.context import Context
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.scaling import scaling_points
@@ -66,10 +68,10 @@ def _peer_wait(ctx: Context) -> float | None:
     ev = ctx.in_steps(kinds=("collective", "host_op", "device_compute"),
                       columns=("host", "kind", "start_ns", "end_ns"))
     coll = (ev["kind"] == "collective").to_numpy()
-    host = ev["host"].astype(str).to_numpy()
+    host = ev["host"].array.codes  # compared as codes: no string per row
     start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
     total = waiting = 0
-    for h in ctx.hosts:
+    for h in np.unique(host[coll]):  # a host without collectives adds nothing
         mine, peers = coll & (host == h), ~coll & (host != h)
         a = covered_ns(start[mine], end[mine])
         b = covered_ns(start[peers], end[peers])

@@ -125,8 +125,7 @@ def detect(ctx: Context) -> Finding | None:
     if not savings:
         return None
     saved = sum(savings.values())
-    where = (dense if "dense_optimizer" in savings else np.zeros(len(ops), bool)) | (
-        copy if "table_copy_on_read" in savings else False)
+    where = (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
     return Finding(
         id=ID,
         title="Embedding tables are updated or copied whole every step",

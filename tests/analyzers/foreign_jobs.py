@@ -330,8 +330,8 @@ elif mode.startswith("embedding_"):
     table = tf.Variable(tf.random.uniform((vocab, 32), -0.05, 0.05))
     w1 = tf.Variable(tf.random.normal((26 * 32, 64)) * 0.05)
     w2 = tf.Variable(tf.random.normal((64, 1)) * 0.05)
-    adam = (tf.keras.optimizers.Adagrad() if mode == "embedding_adagrad"
-            else tf.keras.optimizers.Adam())
+    opt = (tf.keras.optimizers.Adagrad() if mode == "embedding_adagrad"
+           else tf.keras.optimizers.Adam())
 
     @tf.function
     def step():
@@ -343,10 +343,10 @@ elif mode.startswith("embedding_"):
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, h @ w2))
         g_table, g1, g2 = tape.gradient(loss, [table, w1, w2])
         if mode in ("embedding_adam", "embedding_adagrad"):
-            adam.apply_gradients([(g_table, table), (g1, w1), (g2, w2)])
+            opt.apply_gradients([(g_table, table), (g1, w1), (g2, w2)])
         else:
             table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
-            adam.apply_gradients([(g1, w1), (g2, w2)])
+            opt.apply_gradients([(g1, w1), (g2, w2)])
     profile_loop(step, steps=10)
 elif mode in ("numpy_feed", "dataset_feed"):
     # float64 NumPy batches sliced and passed to a tf.function each step (converted on the

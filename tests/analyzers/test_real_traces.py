@@ -163,8 +163,7 @@ def test_embedding_tables_handled_whole(foreign):
         return {f.id: f for f in analyze(foreign(mode)).findings}.get("dense_embedding_update")
     adam, read = found("embedding_adam"), found("embedding_read")
     assert adam.severity == "high" and adam.numbers["causes"] == ["dense_optimizer"]
-    assert "UnsortedSegmentSum" in adam.top_events[0]["name"] or any(
-        "UnsortedSegmentSum" in e["name"] for e in adam.top_events)
+    assert any("UnsortedSegmentSum" in e["name"] for e in adam.top_events)
     # Adagrad updates every row without a densifying op; its slot is read as a copy too.
     adagrad = found("embedding_adagrad")
     assert adagrad.severity == "high" and "dense_optimizer" in adagrad.numbers["causes"]
