@@ -1,5 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Both create .venv when missing
-# and (re)install only when pyproject.toml is newer than the last install.
+# and (re)install only when pyproject.toml or the C decoder is newer than the last install (the
+# editable install builds analyzers/ingest/_xplane_wire.c in place).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml analyzers/ingest/_xplane_wire.c | $(BIN)/python
 	@echo "==> installing recadvisor with TensorFlow (CPU), PostgreSQL driver and dev tools into $(VENV)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[tf,postgres,dev]'
 	touch $(STAMP)

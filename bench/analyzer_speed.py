@@ -533,7 +533,7 @@ def profile(logdir: Path, top: int) -> None:
     from analyzers.ingest.logdir import load_run
     from analyzers.steps import step_breakdown
 
-    load_run(generated_logdir(1_000))  # numba cache and imports out of the way
+    load_run(generated_logdir(1_000))  # imports out of the way
     prof = cProfile.Profile()
     t = time.perf_counter()
     prof.enable()

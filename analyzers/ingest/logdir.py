@@ -19,9 +19,12 @@ import pandas as pd
 from analyzers.events import empty_events
 from analyzers.ingest.chrome_trace import read_chrome_trace
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
-from analyzers.ingest.xplane import read_xplane
+from analyzers.ingest.xplane import SLOW_DECODER_WARNING, compiled_decoder_built, read_xplane
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
 from recadvisor.capture.metadata import METADATA_FILE
+
+# Above this size the protobuf fallback's slowness is worth a warning (~1 s per 4 MB).
+SLOW_DECODER_BYTES = 4 << 20
 
 JSON_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".json.gz", ".json")
 
@@ -127,6 +130,9 @@ def load_run(path: Path, run: str | None = None) -> RunData:
         host = _host_of(f)
         hosts.append(host)
         if f.name.endswith(XPLANE_SUFFIX):
+            if (SLOW_DECODER_WARNING not in warnings and not compiled_decoder_built()
+                    and f.stat().st_size > SLOW_DECODER_BYTES):
+                warnings.append(SLOW_DECODER_WARNING)
             x = read_xplane(f, host)
             parts.append((x.events, x.t0_unix_ns))
         else:

@@ -1,6 +1,5 @@
-"""The flat arrays an xplane decodes into, shared by the compiled decoder (large files) and the
-protobuf one (small files, where importing and loading the compiled code would cost more than
-decoding). No numba import here."""
+"""The flat arrays an xplane decodes into, shared by the compiled decoder and the protobuf one
+(the fallback where the C walker was not built)."""
 
 from __future__ import annotations
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import glob
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -82,27 +79,6 @@ def test_both_decoders_agree_on_every_cut_of_a_file(tmp_path):
                 assert "\n" not in str(e)
                 outcomes.append("error")
         assert outcomes[0] == outcomes[1], (n, outcomes)
-
-
-def test_cold_numba_cache_with_collector_off_still_unmaps(tmp_path):
-    """CI's fresh clone compiles the decoder on first use; numba leaves the calling frames (and
-    their views of the mapped file) in a cycle. With the collector off, closing the mapping
-    used to raise BufferError."""
-    _, run = host_trace(tmp_path / "h", steps=2)
-    path = next(run.glob("*.xplane.pb"))
-    code = (
-        "import gc, sys; gc.disable()\n"
-        "from analyzers.ingest.xplane import read_xplane\n"
-        "t = read_xplane(sys.argv[1], 'h', decoder='compiled')\n"
-        "assert len(t.events) > 0 and not gc.isenabled()\n"
-        "print('ok', len(t.events))\n"
-    )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
-    done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("ok ")
-    assert any((tmp_path / "numba-cache").rglob("*.nbi")), "the decoder was not compiled cold"
 
 
 def test_view_in_a_cycle_is_collected_and_a_kept_view_is_an_error(tmp_path, monkeypatch):
@@ -184,3 +160,67 @@ def test_large_file_read_in_small_chunks_gives_the_same_table(tmp_path, monkeypa
     compiled = read_xplane(path, "h", decoder="compiled")
     pd.testing.assert_frame_equal(small.events, compiled.events)
     assert compiled.events["memcpy_details"].notna().any()
+
+
+def test_the_compiled_walker_is_built():
+    """It is an optional extension (the package installs without a compiler), so a failed build
+    would only show as slowness: here it fails."""
+    assert xplane.compiled_decoder_built()
+
+
+def test_walker_rejects_arrays_it_could_overrun(tmp_path):
+    """The C walker trusts the spans and sizes it is given only after checking them: a caller's
+    mistake is a ValueError, never a write outside an array."""
+    from analyzers.ingest import _xplane_wire as wire
+    from analyzers.ingest.xplane_decode import decode_layout
+
+    _, run = host_trace(tmp_path, steps=2)
+    buf = np.frombuffer(next(run.glob("*.xplane.pb")).read_bytes(), dtype=np.uint8)
+    spans = decode_layout(buf).spans
+    want = np.zeros((8, 4), dtype=np.int64)
+    z1, z2 = np.zeros(0, np.int64), np.zeros((0, 4), np.int64)
+    counts = np.zeros(4, np.int64)
+    n_lines, no_stats = len(spans), np.zeros((0, 5), np.int64)
+
+    def walk(spans=spans, first=0, last=n_lines, fill=True, width=4, counts=counts, ev=z1,
+             st=no_stats):
+        wire.walk_lines(buf, spans, first, last, fill, want, width, counts, z2, z2,
+                        np.zeros(len(ev), np.int32), ev, ev, ev, st, np.zeros(len(st)))
+
+    outside = spans.copy()
+    outside[0, 2] = len(buf) + 1
+    with pytest.raises(ValueError, match="outside buf"):
+        walk(spans=outside)
+    with pytest.raises(ValueError, match="out of range"):
+        walk(last=len(spans) + 1)
+    with pytest.raises(ValueError, match="out of range"):
+        walk(width=3)  # want's 32 items are not rows of 3
+    with pytest.raises(ValueError, match="counts"):
+        walk(counts=np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="ev_mid"):
+        walk(ev=np.zeros(1, np.int32))  # 4-byte items where 8-byte ones are written
+    with pytest.raises((ValueError, BufferError), match="writable|read-only"):
+        wire.walk_rest(buf, True, np.zeros(5, np.int64), buf, buf, buf)  # a read-only output
+    # Arrays too small for what the file holds: an error code, not an overrun.
+    walk()
+    assert counts[2] == 6
+
+
+def test_without_the_walker_large_files_decode_with_protobuf_and_say_so(tmp_path, monkeypatch):
+    from analyzers.ingest import logdir
+
+    run = gpu_trace(tmp_path / "g", h2d_ms=2, nccl_ms=5, pingpong_ms=3)
+    expected = logdir.load_run(tmp_path / "g")
+    assert logdir.SLOW_DECODER_WARNING not in expected.warnings
+    monkeypatch.setattr(logdir, "compiled_decoder_built", lambda: False)
+    monkeypatch.setattr(xplane, "compiled_decoder_built", lambda: False)
+    monkeypatch.setattr(logdir, "SLOW_DECODER_BYTES", 0)
+    used: list[bool] = []
+    real = xplane._decode_unchecked
+    monkeypatch.setattr(xplane, "_decode_unchecked",
+                        lambda data, small: used.append(small) or real(data, small))
+    slow = logdir.load_run(tmp_path / "g")
+    assert used and all(used)
+    assert slow.warnings.count(logdir.SLOW_DECODER_WARNING) == 1
+    pd.testing.assert_frame_equal(slow.events, expected.events)
+    assert run.exists()
