@@ -13,10 +13,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.events import cat_mask, is_device_plane, is_torch_op, present_values
+from analyzers.events import (
+    EndTimes,
+    cat_mask,
+    chunks,
+    is_device_plane,
+    is_torch_op,
+    present_values,
+)
 from analyzers.ingest.logdir import RunData
 from analyzers.scaling import metadata_device_count
-from analyzers.steps import Steps, chunks, clip_to_steps, step_breakdown
+from analyzers.steps import Steps, clip_to_steps, step_breakdown
 
 _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
 # MirroredStrategy names replica i's ops `replica_i/...` (replica 0 has no prefix) and its
@@ -91,7 +98,7 @@ class Context:
         if mask is None:
             mask = np.ones(len(ev), dtype=bool)
         starts = ev["start_ns"].to_numpy(np.int64)
-        ends = ev["end_ns"].to_numpy(np.int64)
+        ends = EndTimes(ev)
         place = self._placement
         # Categorical columns travel as their codes (views, no copy).
         taken = {c: _values(ev[c]) for c in columns if c not in _CLIPPED}
@@ -137,7 +144,7 @@ class Context:
         if not len(w_start):
             return place
         starts = ev["start_ns"].to_numpy(np.int64)
-        ends = ev["end_ns"].to_numpy(np.int64)
+        ends = EndTimes(ev)
         for block in chunks(len(ev)):
             s, e = starts[block], ends[block]
             k = np.searchsorted(w_start, s, side="right") - 1

@@ -8,10 +8,14 @@ Columns
 - `op_type`: category — TF op type (`scope/op:Type` → `Type`), else the name
 - `kind`: category — what the event is, from generic TF/CUDA signals (KINDS below;
   docs/trace-signals.md lists the names behind each)
-- `start_ns`, `dur_ns`, `end_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns`
-  (kept in `df.attrs`), so sampler rows align by subtracting it
+- `start_ns`, `dur_ns`: int64 nanoseconds; start is relative to the run's `t0_unix_ns` (kept in
+  `df.attrs`), so sampler rows align by subtracting it. No end column: it would be another 8
+  bytes per event (a quarter of the table); `EndTimes(df)[rows]` computes the ends of the rows
+  asked for, and `with_end(df)` adds the column to a small selection
 - stat columns (STAT_COLUMNS): sparse int64 with -1 for "absent" (most events carry none of
   them, so a sparse column costs only its present values), or category for text stats
+  (TEXT_STATS), which are left out of a table where no event carries them (most traces have no
+  `memcpy_details` or `tf_op`: GPU only): test `col in df` before reading one
 
 Names are interned: every string column is categorical, so a million events cost a few integer
 arrays, and classification runs once per distinct name, never per event.
@@ -20,7 +24,7 @@ arrays, and classification runs once per distinct name, never per event.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -109,6 +113,16 @@ _CALL_OPS = frozenset({"RemoteCall", "PartitionedCall", "StatefulPartitionedCall
 _TORCH_OP = re.compile(r"^(aten|autograd|c10d|_c10d_functional|torchvision|quantized|prim|"
                        r"fbgemm)::")
 _SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
+
+
+# Row block for the passes over the whole event table: their temporaries stay a few MB each
+# instead of growing with the trace.
+CHUNK = 1 << 16
+
+
+def chunks(n: int, size: int = CHUNK) -> Iterator[slice]:
+    """Row blocks covering range(n); one empty block when n is 0."""
+    return (slice(a, min(a + size, n)) for a in range(0, max(n, 1), size))
 
 
 def is_torch_op(name: str) -> bool:
@@ -299,6 +313,26 @@ def _intern(values: Column) -> pd.Categorical:
     return _categorical(remap[codes] if len(codes) else codes.astype(remap.dtype), uniq)
 
 
+class EndTimes:
+    """`start_ns + dur_ns` of any selection of an event table's rows (a slice, indices, a mask),
+    computed for just those rows: the table has no end column."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self._start = df["start_ns"].to_numpy(np.int64)
+        self._dur = df["dur_ns"].to_numpy(np.int64)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self._start[rows] + self._dur[rows]
+
+    def __len__(self) -> int:
+        return len(self._start)
+
+
+def with_end(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (a small selection of events) with an `end_ns` column."""
+    return df.assign(end_ns=df["start_ns"].to_numpy(np.int64) + df["dur_ns"].to_numpy(np.int64))
+
+
 def build_events(
     *,
     host: str,
@@ -325,13 +359,14 @@ def build_events(
             "name": _intern((name_codes, names)),
             "start_ns": start_ns,
             "dur_ns": dur_ns,
-            "end_ns": start_ns + dur_ns,
         },
         copy=False,  # the arrays are fresh: consolidating them would copy every column
     )
     for col in STAT_COLUMNS:
         rows, values = _sparse_stat(stats.get(col), col in TEXT_STATS)
         if col in TEXT_STATS:
+            if not len(rows):
+                continue  # absent: a column of "none" would still be a byte per event
             uniq, inv = np.unique(np.asarray(values, dtype=str), return_inverse=True)
             codes = np.full(n, -1, dtype=small_codes(len(uniq)))
             codes[rows] = inv
@@ -411,18 +446,26 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     line_role = np.array([LINE_CLASSES.index(line_class(str(x)))
                           for x in df["line"].cat.categories] + [n_cls - 1], dtype=np.int8)
     key_width = 2 * n_cls
-    key = (np.arange(len(names), dtype=np.int32) * key_width)[name_codes]  # -1: the last name
-    key += plane_role[df["plane"].array.codes]
-    key += line_role[df["line"].array.codes]
+    name_key = np.arange(len(names), dtype=np.int32) * key_width  # -1 codes: the last name
+    plane_codes, line_codes = df["plane"].array.codes, df["line"].array.codes
+
+    def keys(block: slice) -> np.ndarray:
+        # A block at a time: a whole-table int32 key would be 4 bytes per event.
+        return (name_key[name_codes[block]] + plane_role[plane_codes[block]]
+                + line_role[line_codes[block]])
+
     seen = np.zeros(len(names) * key_width, dtype=bool)
-    seen[key] = True
+    for block in chunks(len(df)):
+        seen[keys(block)] = True
     table = np.full(len(seen), KINDS.index("other"), dtype=np.int8)
     all_ops = [*op_types, "<unknown>"]
     for k in np.flatnonzero(seen):
         ni, c = divmod(int(k), key_width)
         device, cls = divmod(c, n_cls)
         table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
-    kind = table[key]
+    kind = np.empty(len(df), dtype=np.int8)
+    for block in chunks(len(df)):
+        kind[block] = table[keys(block)]
     # CUDA API calls and the device work they issued carry a `correlation_id` (GPU traces only).
     rows, corr = present_stat(df, "correlation_id")
     if len(rows):
@@ -457,7 +500,7 @@ def _direct_copy_calls(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray, cor
     copies, copy_corr = rows[device][order], corr[device][order]
     pos, found = find_sorted(copy_corr, call_corr)
     call, dev = calls[found], copies[pos[found]]
-    starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
     kind[call] = kind[dev]
     waited = ((ends[call] > starts[dev])
               & (2 * (starts[dev] - starts[call]) > ends[call] - starts[call]))
@@ -489,7 +532,7 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     ops, op_thread = ops[keep], op_thread[keep]
     if not len(ops):
         return
-    starts, ends = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+    starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
     name_codes = df["name"].array.codes
     torch_op = np.array([is_torch_op(str(n)) for n in df["name"].cat.categories] + [False])
     for t in np.unique(op_thread).tolist():

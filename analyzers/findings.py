@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.steps import chunks
+from analyzers.events import chunks
 
 SEVERITIES = ("high", "medium", "low")
 # Estimated speedup thresholds (x) for each severity.

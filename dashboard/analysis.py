@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.events import EndTimes, with_end
 from analyzers.report import Report, analyze
 from analyzers.steps import ALL_CATEGORIES
 
@@ -73,9 +74,8 @@ def _step_events(view: RunView, step: int) -> tuple[pd.DataFrame, int]:
     s0, s1 = _step_ns(view, step)
     ev = view.report.ctx.events
     starts = ev["start_ns"].to_numpy()
-    ends = ev["end_ns"].to_numpy()
-    mask = (starts < s1) & (ends > s0)
-    sel = ev.loc[mask, ["plane", "line", "name", "kind", "start_ns", "end_ns"]]
+    mask = (starts < s1) & (EndTimes(ev)[:] > s0)
+    sel = with_end(ev.loc[mask, ["plane", "line", "name", "kind", "start_ns", "dur_ns"]])
     left_out = max(0, len(sel) - MAX_TIMELINE_EVENTS)
     if left_out:
         sel = sel.assign(_d=sel["end_ns"] - sel["start_ns"]).nlargest(MAX_TIMELINE_EVENTS, "_d")

@@ -67,7 +67,8 @@ _REMEDY = {
 def _share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
     if not mask.any() or total_ns <= 0:
         return 0.0
-    return covered_ns(ops["start_ns"].to_numpy()[mask], ops["end_ns"].to_numpy()[mask]) / total_ns
+    return covered_ns(ops["start_ns"].to_numpy()[mask], ops["end_ns"].to_numpy()[mask],
+                      overwrite=True) / total_ns
 
 
 def _wanted(name: str) -> bool:

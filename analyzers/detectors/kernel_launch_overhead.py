@@ -18,6 +18,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.quantiles import median
 from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
 
 ID = "kernel_launch_overhead"
@@ -63,7 +64,7 @@ def detect(ctx: Context) -> Finding | None:
     per_step = len(ops) / max(ctx.n_steps, 1)
     if per_step < MIN_OPS_PER_STEP:
         return None
-    median_us = float(np.median(ops["dur_ns"].to_numpy())) / 1e3 if len(ops) else 0.0
+    median_us = median(ops["dur_ns"].to_numpy()) / 1e3 if len(ops) else 0.0
     if median_us > limit_us:
         return None
     if overhead is None:
@@ -104,7 +105,8 @@ def _lookup_ops_per_device(ctx: Context) -> float:
     copy of a table, has its own op (`replica_1/...` under MirroredStrategy; one op per device for
     our fused, sharded tables). GPU kernels name their TF op in the `tf_op` stat."""
     ev = ctx.events
-    ops = {n for col in ("name", "tf_op") if isinstance(ev[col].dtype, pd.CategoricalDtype)
+    ops = {n for col in ("name", "tf_op")
+           if col in ev and isinstance(ev[col].dtype, pd.CategoricalDtype)
            for n in ctx.present(col) if _LOOKUP.search(n)}
     return len(ops) / max(ctx.devices_per_host, 1)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analyzers.events import empty_events
@@ -141,8 +142,7 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     frames = []
     for events, t_host in parts:
         if t_host and t0:
-            events = events.assign(start_ns=events["start_ns"] + (t_host - t0),
-                                   end_ns=events["end_ns"] + (t_host - t0))
+            events = events.assign(start_ns=events["start_ns"] + (t_host - t0))
         frames.append(events)
     events = _concat(frames)
     events.attrs["t0_unix_ns"] = t0
@@ -162,8 +162,15 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     from pandas.api.types import union_categoricals
 
     out = {}
-    for col in frames[0].columns:
-        if isinstance(frames[0][col].dtype, pd.CategoricalDtype):
+    columns = list(frames[0].columns)
+    columns += [c for f in frames[1:] for c in f.columns if c not in columns]
+    for col in columns:
+        if any(col not in f for f in frames):  # a text stat some files lack (events.py)
+            parts = [f[col].array if col in f else
+                     pd.Categorical.from_codes(np.full(len(f), -1, np.int8), categories=[])
+                     for f in frames]
+            out[col] = union_categoricals(parts, ignore_order=True)
+        elif isinstance(frames[0][col].dtype, pd.CategoricalDtype):
             out[col] = union_categoricals([f[col] for f in frames], ignore_order=True)
         else:
             out[col] = pd.concat([f[col] for f in frames], ignore_index=True)

@@ -203,7 +203,11 @@ def _table(d: _Decoded, host: str) -> XSpaceTable:
         start_ns[a:b] += line_ts[k]
         np.floor_divide(dur_ns[a:b], 1000, out=dur_ns[a:b])
         codes[a:b] = lookups[lines_i[k, 0]](mids[a:b])
+    # The metadata ids and line indices are spent (per_line holds the layout): 12 bytes per
+    # event freed before the table's columns are built (bench/analyzer_speed.py).
+    del mids, ev_line
     space.ev_mid = np.zeros(0, dtype=np.int64)
+    space.ev_line = np.zeros(0, dtype=np.int32)
     names = [*map(str, categories)]
     if len(codes) and (codes == unknown).any():
         names.append("<unknown>")

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import cat_mask, is_device_plane
+from analyzers.events import EndTimes, cat_mask, is_device_plane
 from analyzers.steps import inside
 
 INPUT_PREFIXES = ("tf_data",)
@@ -94,7 +94,7 @@ def _lines_busy_at(ctx: Context, t: np.ndarray) -> dict[str, np.ndarray]:
     keep &= cat_mask(ev["kind"], lambda k: k != "input_wait")
     keep &= cat_mask(ev["name"], lambda n: n not in _BLOCKING)
     codes = ev["line"].array.codes
-    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    start, end = ev["start_ns"].to_numpy(), EndTimes(ev)
     order, grouped = None, codes
     cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
     if len(cuts) > 4 * (len(ev["line"].cat.categories) + 1):

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from analyzers.context import Context
-from analyzers.events import build_events, cat_mask
+from analyzers.events import CHUNK, build_events, cat_mask
 from analyzers.findings import heaviest_events
 from analyzers.ingest.logdir import RunData
-from analyzers.steps import CHUNK, Steps
+from analyzers.steps import Steps
 
 NAMES = [f"op{i}" for i in range(20)]
 
@@ -56,7 +56,7 @@ def _naive_in_steps(ctx: Context, rows: np.ndarray) -> pd.DataFrame:
     """Every (event, step) overlap of positive length, in event order then step order."""
     ev = ctx.events
     s = ev["start_ns"].to_numpy()[rows, None]
-    e = ev["end_ns"].to_numpy()[rows, None]
+    e = (ev["start_ns"] + ev["dur_ns"]).to_numpy()[rows, None]
     ws = ctx.steps.table["start_ns"].to_numpy()[None, :]
     we = ctx.steps.table["end_ns"].to_numpy()[None, :]
     cs, ce = np.maximum(s, ws), np.minimum(e, we)
