@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml analyzers/ingest/_xplane_wire.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py analyzers/ingest/_xplane_wire.c | $(BIN)/python
 	@echo "==> installing recadvisor with TensorFlow (CPU), PostgreSQL driver and dev tools into $(VENV)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[tf,postgres,dev]'
 	touch $(STAMP)

@@ -84,10 +84,10 @@ static inline int len_field(const uint8_t *buf, int64_t pos, int64_t end, int64_
 {
     int64_t n;
     int err = varint(buf, &pos, end, &n);
-    *start = pos;
-    *stop = pos + n;
-    if (!err && (n < 0 || n > end - pos))
+    if (!err && (n < 0 || n > end - pos)) /* not pos + n: that overflows for lengths near 2**63 */
         err = E_LENGTH;
+    *start = pos;
+    *stop = err ? pos : pos + n;
     return err;
 }
 
