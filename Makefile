@@ -15,6 +15,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml setup.py analyzers/ingest/_xplane_wire.c | $(BIN)/python
 	@echo "==> installing recadvisor with TensorFlow (CPU), PostgreSQL driver and dev tools into $(VENV)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[tf,postgres,dev]'
+	@$(BIN)/python -c "import analyzers.ingest._xplane_wire" 2>/dev/null || echo "warning: the C xplane decoder was not built (no C compiler?): large traces will be read ~13x slower" >&2
 	touch $(STAMP)
 
 install: $(STAMP)

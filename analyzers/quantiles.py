@@ -24,7 +24,8 @@ def median(values: np.ndarray) -> float:
         return float(np.median(values)) if n else float("nan")
     low, high = (n - 1) // 2, n // 2
     a = _kth(values, low)
-    return float(a) if high == low else (a + _kth(values, high)) / 2
+    # As np.median rounds: each middle value to a float, then their mean.
+    return float(a) if high == low else (float(a) + float(_kth(values, high))) / 2
 
 
 def _kth(values: np.ndarray, k: int) -> int:

@@ -235,7 +235,9 @@ def merge_intervals(s: np.ndarray, e: np.ndarray, *,
     so the k + 1 first intervals by start all end before the next start iff the k + 1 smallest
     ends do. A span of the union therefore closes at k where ends[k] < starts[k + 1], and ends at
     ends[k]. Two sorts instead of an argsort and two gathers halve the temporaries (millions of
-    host ops on a large trace). `overwrite`: sort the caller's fresh arrays in place."""
+    host ops on a large trace). `overwrite`: sort the caller's fresh arrays in place.
+    An interval that ends before it starts counts as empty, [s, s] (the argsort version this
+    replaced let it shorten the union: only corrupt traces have them)."""
     if not len(s):
         return s, e
     s, e = _sorted_apart(s, e, overwrite)
@@ -251,9 +253,10 @@ def inside(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 def covered_ns(s: np.ndarray, e: np.ndarray, *, overwrite: bool = False) -> int:
-    """Time covered by at least one of the intervals: from the first start to the last end, less
-    the gaps between spans of the union (merge_intervals), summed a block at a time so nothing
-    the size of the input is built beside the sorted copies (none with `overwrite`)."""
+    """Time covered by at least one of the intervals (integer ns): from the first start to the
+    last end, less the gaps between spans of the union (merge_intervals), summed a block at a
+    time so nothing the size of the input is built beside the sorted copies (none with
+    `overwrite`)."""
     s, e = np.asarray(s), np.asarray(e)
     if not len(s):
         return 0

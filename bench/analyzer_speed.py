@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from analyzers.ingest.logdir import select_run  # noqa: E402
-from analyzers.ingest.xplane_decode import decode_xspace  # noqa: E402
+from analyzers.ingest.xplane import read_xplane  # noqa: E402
 from tests.analyzers.xspace_builder import XSpaceBuilder  # noqa: E402
 
 WORK = Path("/tmp/recadvisor_bench")
@@ -400,7 +400,7 @@ def count_events(files: list[Path]) -> int:
         st = f.stat()
         key = f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}"
         if key not in cache:
-            cache[key] = len(decode_xspace(np.fromfile(f, dtype=np.uint8)).events)
+            cache[key] = len(read_xplane(f, "count").events)
         total += cache[key]
     WORK.mkdir(parents=True, exist_ok=True)
     cache_path.write_text(json.dumps(cache, indent=0))

@@ -365,16 +365,41 @@ static void release_all(Views *vs)
     vs->n = 0;
 }
 
-/* A C-contiguous buffer of `obj` into *ptr, with room for `min_items` items of `itemsize`
- * bytes (its item count into *items when given); 0 with an exception set if not. */
-static int view(Views *vs, PyObject *obj, int writable, Py_ssize_t itemsize, Py_ssize_t min_items,
-                const char *what, void *ptr, int64_t *items)
+/* Whether a buffer's struct-module format is the kind asked for: 'i' a signed integer, 'u' an
+ * unsigned one, 'f' a float (the item size is checked beside it). */
+static int format_is(const char *format, char kind)
+{
+    char c = format ? format[0] : 'B';
+    if (c == '<' || c == '=' || c == '@')
+        c = format[1];
+    switch (kind) {
+    case 'i':
+        return c == 'b' || c == 'h' || c == 'i' || c == 'l' || c == 'q';
+    case 'u':
+        return c == 'B' || c == 'H' || c == 'I' || c == 'L' || c == 'Q';
+    default:
+        return c == 'd';
+    }
+}
+
+/* A C-contiguous, aligned buffer of `obj` into *ptr, of items of `kind` (see format_is) and
+ * `itemsize` bytes, at least `min_items` of them (the count into *items when given); 0 with an
+ * exception set if not. */
+static int view(Views *vs, PyObject *obj, int writable, char kind, Py_ssize_t itemsize,
+                Py_ssize_t min_items, const char *what, void *ptr, int64_t *items)
 {
     Py_buffer *b = &vs->v[vs->n];
-    if (PyObject_GetBuffer(obj, b, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+    if (PyObject_GetBuffer(obj, b,
+                           (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return 0;
     vs->n++;
-    if (b->len % itemsize || b->len / itemsize < min_items) {
+    if (b->itemsize != itemsize || !format_is(b->format, kind) ||
+        (uintptr_t)b->buf % (uintptr_t)itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: not an aligned array of %zd-byte %s", what, itemsize,
+                     kind == 'f' ? "floats" : "integers");
+        return 0;
+    }
+    if (b->len / itemsize < min_items) {
         PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not at least %zd items of %zd bytes",
                      what, b->len, min_items, itemsize);
         return 0;
@@ -395,16 +420,16 @@ static PyObject *py_walk_rest(PyObject *self, PyObject *args)
     int64_t *counts, *planes, *spans, n_buf, n_planes, n_rest, n_spans;
     if (!PyArg_ParseTuple(args, "OpOOOO", &o_buf, &fill, &o_counts, &o_planes, &o_rest, &o_spans))
         return NULL;
-    if (!(view(&vs, o_buf, 0, 1, 0, "buf", &buf, &n_buf) &&
-          view(&vs, o_counts, 1, 8, 5, "counts", &counts, NULL) &&
-          view(&vs, o_planes, 1, 16, 0, "planes_rest", &planes, &n_planes) &&
-          view(&vs, o_rest, 1, 1, 0, "rest", &rest, &n_rest) &&
-          view(&vs, o_spans, 1, 24, 0, "spans", &spans, &n_spans))) {
+    if (!(view(&vs, o_buf, 0, 'u', 1, 0, "buf", &buf, &n_buf) &&
+          view(&vs, o_counts, 1, 'i', 8, 5, "counts", &counts, NULL) &&
+          view(&vs, o_planes, 1, 'i', 8, 0, "planes_rest", &planes, &n_planes) &&
+          view(&vs, o_rest, 1, 'u', 1, 0, "rest", &rest, &n_rest) &&
+          view(&vs, o_spans, 1, 'i', 8, 0, "spans", &spans, &n_spans))) {
         release_all(&vs);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    walk_rest(buf, n_buf, fill, counts, planes, n_planes, rest, n_rest, spans, n_spans);
+    walk_rest(buf, n_buf, fill, counts, planes, n_planes / 2, rest, n_rest, spans, n_spans / 3);
     Py_END_ALLOW_THREADS
     release_all(&vs);
     Py_RETURN_NONE;
@@ -424,23 +449,33 @@ static PyObject *py_walk_lines(PyObject *self, PyObject *args)
                           &width, &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10],
                           &o[11]))
         return NULL;
-    int ok = view(&vs, o[0], 0, 1, 0, "buf", &buf, &n_buf) &&
-             view(&vs, o[1], 0, 24, 0, "spans", &spans, &n_spans) &&
-             view(&vs, o[2], 0, 8, 0, "want", &want, &n_want) &&
-             view(&vs, o[3], 1, 8, 4, "counts", &counts, NULL) &&
-             view(&vs, o[4], 1, 32, 0, "lines_i", &out.lines_i, &out.cap_lines) &&
-             view(&vs, o[5], 1, 32, out.cap_lines, "lines_s", &out.lines_s, NULL) &&
-             view(&vs, o[6], 1, 4, 0, "ev_line", &out.ev_line, &out.cap_events) &&
-             view(&vs, o[7], 1, 8, out.cap_events, "ev_mid", &out.ev_mid, NULL) &&
-             view(&vs, o[8], 1, 8, out.cap_events, "ev_off", &out.ev_off, NULL) &&
-             view(&vs, o[9], 1, 8, out.cap_events, "ev_dur", &out.ev_dur, NULL) &&
-             view(&vs, o[10], 1, 40, 0, "stats_i", &out.st_i, &out.cap_stats) &&
-             view(&vs, o[11], 1, 8, out.cap_stats, "stats_d", &out.st_d, NULL);
+    int ok = view(&vs, o[0], 0, 'u', 1, 0, "buf", &buf, &n_buf) &&
+             view(&vs, o[1], 0, 'i', 8, 0, "spans", &spans, &n_spans) &&
+             view(&vs, o[2], 0, 'i', 8, 0, "want", &want, &n_want) &&
+             view(&vs, o[3], 1, 'i', 8, 4, "counts", &counts, NULL) &&
+             view(&vs, o[4], 1, 'i', 8, 0, "lines_i", &out.lines_i, &out.cap_lines) &&
+             view(&vs, o[5], 1, 'i', 8, out.cap_lines, "lines_s", &out.lines_s, NULL) &&
+             view(&vs, o[6], 1, 'i', 4, 0, "ev_line", &out.ev_line, &out.cap_events) &&
+             view(&vs, o[7], 1, 'i', 8, out.cap_events, "ev_mid", &out.ev_mid, NULL) &&
+             view(&vs, o[8], 1, 'i', 8, out.cap_events, "ev_off", &out.ev_off, NULL) &&
+             view(&vs, o[9], 1, 'i', 8, out.cap_events, "ev_dur", &out.ev_dur, NULL) &&
+             view(&vs, o[10], 1, 'i', 8, 0, "stats_i", &out.st_i, &out.cap_stats) &&
+             view(&vs, o[11], 1, 'f', 8, out.cap_stats / 5, "stats_d", &out.st_d, NULL);
+    n_spans /= 3;
+    out.cap_lines /= 4; /* rows: the counts above are of int64 items */
+    out.cap_stats /= 5;
     if (ok && (first < 0 || last > n_spans || first > last || width < 1 || n_want % width)) {
         PyErr_SetString(PyExc_ValueError, "walk_lines: lines or want out of range");
         ok = 0;
     }
-    /* Every span must lie inside buf: the walker trusts them. */
+    /* Rows continue from counts[0] and counts[1]; the >= capacity checks assume them >= 0. */
+    if (ok && (counts[0] < 0 || counts[1] < 0)) {
+        PyErr_SetString(PyExc_ValueError, "walk_lines: negative starting row in counts");
+        ok = 0;
+    }
+    /* Every span must lie inside buf: the walker trusts them. They are checked here and read
+     * below without the GIL, so no other thread may change `spans` during the call (the
+     * decoder's own arrays: nothing else holds them). */
     for (int64_t k = first; ok && k < last; k++) {
         if (spans[3 * k + 1] < 0 || spans[3 * k + 1] > spans[3 * k + 2] ||
             spans[3 * k + 2] > n_buf) {

@@ -71,7 +71,8 @@ def compiled_decoder_built() -> bool:
 
 # What load_run reports when it had to read a large file with protobuf.
 SLOW_DECODER_WARNING = ("the compiled xplane decoder was not built at install (no C compiler?): "
-                        "read with protobuf, ~10x slower; reinstall with a C compiler present")
+                        "read with protobuf, ~13x slower; with a C compiler present, reinstall "
+                        "(pip install -e ., or rm .venv/.installed-stamp and make test)")
 
 
 def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:

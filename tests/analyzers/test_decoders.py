@@ -290,3 +290,31 @@ def test_mutated_files_never_crash_the_walker(tmp_path):
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     # Both paths taken: mutations protobuf still reads (compared) and ones it rejects.
     assert counts["same"] >= 5 and counts["both_fail"] >= 100, counts
+
+
+def test_walker_rejects_wrong_dtypes_misaligned_arrays_and_negative_rows(tmp_path):
+    from analyzers.ingest import _xplane_wire as wire
+    from analyzers.ingest.xplane_decode import decode_layout
+
+    _, run = host_trace(tmp_path, steps=2)
+    buf = np.frombuffer(next(run.glob("*.xplane.pb")).read_bytes(), dtype=np.uint8)
+    spans = decode_layout(buf).spans
+    want = np.zeros((8, 4), dtype=np.int64)
+    z2 = np.zeros((0, 4), np.int64)
+
+    def walk(counts=None, ev_mid=None, spans=spans):
+        ev = np.zeros(4, np.int64)
+        wire.walk_lines(buf, spans, 0, len(spans), True, want, 4,
+                        np.zeros(4, np.int64) if counts is None else counts, z2, z2,
+                        np.zeros(4, np.int32), ev if ev_mid is None else ev_mid, ev, ev,
+                        np.zeros((0, 5), np.int64), np.zeros(0))
+
+    with pytest.raises(ValueError, match="ev_mid: not an aligned array of 8-byte integers"):
+        walk(ev_mid=np.zeros(4))  # float64: right size, wrong kind
+    raw = np.zeros(8 * 4 + 1, np.uint8)
+    with pytest.raises(ValueError, match="ev_mid: not an aligned"):
+        walk(ev_mid=raw[1:].view(np.int64))  # int64 at an odd address
+    with pytest.raises(ValueError, match="negative starting row"):
+        walk(counts=np.array([-1000, 0, 0, 0], np.int64))
+    with pytest.raises(ValueError, match="spans: not an aligned"):
+        walk(spans=spans.astype(np.int32))
