@@ -15,8 +15,10 @@ in proportion to the batch. Two TensorFlow patterns make it cost in proportion t
   TF copies on read a variable that sparse ops write, so gathering from a read of the table (Keras
   3's Embedding layer: `ReadVariableOp` then `GatherV2`) copies all of it each step. The saving is
   their share.
-Keys on TF op names, so CPU hosts (and the host ops of GPU traces); kernels' `tf_op` on GPU
-planes are not read yet.
+Keys on TF op names: on a host without an accelerator the ops' own events; with one, the device
+kernels' `tf_op` stat (the TF op that launched each kernel), so the optimizer's and the lookups'
+shares are device time. A copy on read runs no kernel of its own, so on GPU traces only the
+`dense_optimizer` cause is looked for.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import cat_mask
+from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.steps import covered_ns
 
@@ -75,15 +77,33 @@ def _wanted(name: str) -> bool:
     return bool(_OPTIMIZER.search(name) or _LOOKUP.search(name) or _READ.search(name))
 
 
+def _kernels_by_op(ctx: Context) -> pd.DataFrame:
+    """Device kernels whose launching TF op this reads, with that op as their `name`."""
+    if "tf_op" not in ctx.events or not any(map(_wanted, ctx.present("tf_op"))):
+        return pd.DataFrame()
+    k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
+                     columns=("tf_op", "start_ns", "end_ns"))
+    k = k[cat_mask(k["tf_op"], _wanted)]
+    # Every kernel is device work: none is a collective (those are kind `collective`).
+    return pd.DataFrame({"name": k["tf_op"].array, "kind": "host_op",
+                         "start_ns": k["start_ns"].to_numpy(), "end_ns": k["end_ns"].to_numpy()})
+
+
 def detect(ctx: Context) -> Finding | None:
     names = ctx.present("name")
+    if ctx.has_accelerator and "tf_op" in ctx.events:
+        names = [*names, *ctx.present("tf_op")]
     if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
         return None
     if not any(_READ.search(n) or (_OPTIMIZER.search(n) and not _SPARSE_UPDATE.search(n))
                for n in names):
         return None
-    # Only the few op names this reads are clipped (all host ops of a large trace are millions).
-    ops = ctx.in_steps(name=_wanted, columns=("name", "kind", "start_ns", "end_ns"))
+    if ctx.has_accelerator:
+        ops = _kernels_by_op(ctx)
+    else:
+        # Only the few op names this reads are clipped (all host ops of a large trace are
+        # millions).
+        ops = ctx.in_steps(name=_wanted, columns=("name", "kind", "start_ns", "end_ns"))
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
@@ -96,7 +116,7 @@ def detect(ctx: Context) -> Finding | None:
     reads = ops[read]
     med = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True).median()
     copying = set(med[med >= COPY_MIN_NS].index)
-    copy = read & ops["name"].isin(copying).to_numpy()
+    copy = read & ops["name"].isin(copying).to_numpy() & (not ctx.has_accelerator)
 
     lookup_share = _share(ops, lookup, total)
     savings: dict[str, float] = {}
@@ -125,6 +145,9 @@ def detect(ctx: Context) -> Finding | None:
             f"(a table read to gather rows from, an optimizer slot)")
     if not savings:
         return None
+    if ctx.has_accelerator:
+        evidence.append(f"device time: the {len(ops)} kernels launched by these ops, named by "
+                        "their tf_op stat")
     saved = sum(savings.values())
     where = (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
     return Finding(

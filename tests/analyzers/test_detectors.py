@@ -714,6 +714,39 @@ def test_scattered_table_read_whole_every_step(tmp_path):
     assert f.step_fraction == pytest.approx(0.15, abs=0.01) and "ResourceGather" in f.remedy
 
 
+def _optimizer_kernels(update: str):
+    """tf_op of a GPU trace's kernels 10-19 on every device: the optimizer updating the tables
+    densely (Keras 3 Adam: UnsortedSegmentSum, then elementwise ops) or row-sparsely."""
+    def tf_op(d: int, k: int) -> str | None:
+        if k < 10:
+            return None
+        if update == "sparse":
+            return f"Adam/update_{k}/ResourceSparseApplyAdam:ResourceSparseApplyAdam"
+        return ("Adam/UnsortedSegmentSum:UnsortedSegmentSum" if k == 10
+                else f"Adam/update_{k}/Mul:Mul")
+    return tf_op
+
+
+@pytest.mark.parametrize(("update", "lookups", "found"), [
+    ("dense", 2, True), ("sparse", 2, False), ("dense", 0, False)])
+def test_gpu_optimizer_kernels_by_their_tf_op(tmp_path, update, lookups, found):
+    """On a GPU the update runs as kernels, named by the op that launched them: 10 of each
+    device's 20 kernels (3 ms each, 100 ms steps, the devices side by side) are the optimizer's,
+    2 the lookups': 30 - 2 x 6 ms saved. Row-sparse kernels, or no table lookup at all, are not
+    this finding."""
+    run = gpu_trace(tmp_path, devices=2, kernels=20, kernel_ms=60, lookups=lookups,
+                    tf_op=_optimizer_kernels(update))
+    f = by_id(analyze(run)).get("dense_embedding_update")
+    assert (f is not None) == found
+    if found:
+        assert f.numbers["causes"] == ["dense_optimizer"]
+        assert f.numbers["lookup_fraction"] == pytest.approx(0.06, abs=0.005)
+        assert f.step_fraction == pytest.approx(0.18, abs=0.01)
+        assert f.speedup == pytest.approx(1 / 0.82, rel=0.01) and f.severity == "medium"
+        assert any("UnsortedSegmentSum" in e for e in f.evidence)
+        assert f.top_events[0]["name"].startswith("Adam/")
+
+
 def test_row_sparse_tables_are_not_dense_updates(tmp_path):
     """A scatter update and microsecond reads; and the dense path without any lookup (no table
     in the model) is not this finding either."""

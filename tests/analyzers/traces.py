@@ -84,10 +84,12 @@ def gpu_trace(
     nccl_overlapped: bool = False,
     pingpong_ms: float = 0.0,
     lookups: int = 0,
+    tf_op: Callable[[int, int], str | None] | None = None,
     host_name: str = "host",
 ) -> Path:
     """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL; the
-    first `lookups` kernels of each device are embedding-table gathers (their `tf_op` stat)."""
+    first `lookups` kernels of each device are embedding-table gathers (their `tf_op` stat), and
+    `tf_op(device, k)`, when given, names the TF op of the others (None: no stat)."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -112,8 +114,9 @@ def gpu_trace(
         for d, (kern, _, nccl, d2h) in enumerate(streams):
             for k in range(kernels):
                 ks = after_copy + int(k * k_dur * MS)
-                stats = ({"tf_op": Ref(f"emb_{d}_{k}/embedding_lookup:ResourceGather")}
-                         if k < lookups else {})
+                op = (f"emb_{d}_{k}/embedding_lookup:ResourceGather" if k < lookups
+                      else tf_op(d, k) if tf_op else None)
+                stats = {"tf_op": Ref(op)} if op else {}
                 kern.event(f"volta_sgemm_128x64_nn_{k % 3}", ks, max(int(k_dur * MS) - 500, 1),
                            correlation_id=corr, device_id=d, **stats)
                 if d == 0:
