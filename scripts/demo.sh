@@ -32,9 +32,22 @@ fi
 
 stage "4/5 tune: short guided search from the findings (each trial measured in its own process)"
 if has tune; then
-  # --resume: a second `make demo` continues (or just re-reports) the same study.
-  "$RA" tune --preset default --trials 10 --remeasure 1 --top-k 2 --out "$OUT/tune" --resume |
-    tee "$OUT/tune.txt"
+  tune() {
+    "$RA" tune --preset default --trials 10 --remeasure 1 --top-k 2 --out "$OUT/tune" "$@" \
+      2> >(tee "$OUT/tune.err" >&2) | tee "$OUT/tune.txt"
+  }
+  # --resume: a second `make demo` continues (or just re-reports) the same study. A study left
+  # by an older checkout, whose `default` preset has changed since, is kept aside, not lost.
+  if ! tune --resume; then
+    if grep -q "different configuration" "$OUT/tune.err"; then
+      old="$OUT/tune.before-$(date +%Y%m%d-%H%M%S)"
+      mv "$OUT/tune" "$old"
+      echo "    the study in $OUT/tune started from an older 'default' preset: moved to $old"
+      tune
+    else
+      exit 1
+    fi
+  fi
 else
   skip tune "tuner, issue 6"
 fi
