@@ -2,7 +2,7 @@
 
 JSON schema (version 1; documented in docs/analyze-json.md):
 {schema_version, run, run_dir, trace_files, hardware{accelerator, devices, cpus},
- steps{found, source, count, median_ms}, breakdown{<category>: fraction},
+ steps{found, source, count, median_ms, untraced_median_ms}, breakdown{<category>: fraction},
  samples_per_s, sampler, findings[{id, title, severity, impact{step_fraction, estimated_speedup},
  evidence{summary, numbers, top_events, time_ranges_ms}, remedy{text, config_changes, command}}],
  skipped[{id, reason}], warnings[]}
@@ -23,6 +23,11 @@ from analyzers.findings import SEVERITIES, Finding, Skipped
 from analyzers.ingest.logdir import RunData, load_run
 
 SCHEMA_VERSION = 1
+# Traced against untraced median step time outside these bounds gets a warning: the profiler
+# records per event, so it slows most what emits most events (tf.data's per-element work, small
+# ops), and the trace's shares overstate those parts (docs/trace-signals.md).
+PROFILER_SLOWER = 1.25
+PROFILER_FASTER = 0.8
 
 
 @dataclass
@@ -42,9 +47,33 @@ class Report:
                 return sev
         return None
 
+    def untraced_median_ms(self) -> float | None:
+        """The median step measured outside the profiler, when the run metadata has it (the
+        reference trainer's)."""
+        p50 = ((self.run.metadata or {}).get("step_time_ms") or {}).get("p50")
+        return float(p50) if isinstance(p50, int | float) and p50 > 0 else None
+
+    def profiler_warnings(self) -> list[str]:
+        untraced = self.untraced_median_ms()
+        traced = self.ctx.steps.median_step_ns() / 1e6
+        if untraced is None or not self.ctx.steps.found or traced <= 0:
+            return []
+        ratio = traced / untraced
+        if ratio >= PROFILER_SLOWER:
+            return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
+                    f"{untraced:.1f} ms): the profiler slows most what records most events "
+                    "(tf.data's per-element work, small ops), so this trace may overstate their "
+                    "share and the estimates built on it"]
+        if ratio <= PROFILER_FASTER:
+            return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
+                    f"{untraced:.1f} ms): step times vary between windows, and this one may not "
+                    "be typical of the run"]
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         meta = self.run.metadata or {}
         steps = self.ctx.steps
+        untraced = self.untraced_median_ms()
         return {
             "schema_version": SCHEMA_VERSION,
             "run": self.run.name,
@@ -55,14 +84,15 @@ class Report:
                          "hosts": self.ctx.n_hosts, "devices": self.ctx.n_devices,
                          "cpus": self.ctx.n_cpus},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
-                      "median_ms": round(steps.median_step_ns() / 1e6, 3)},
+                      "median_ms": round(steps.median_step_ns() / 1e6, 3),
+                      "untraced_median_ms": None if untraced is None else round(untraced, 3)},
             "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
             if steps.found else {},
             "samples_per_s": meta.get("samples_per_s"),
             "sampler": self.run.threads is not None,
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
-            "warnings": list(self.run.warnings),
+            "warnings": [*self.run.warnings, *self.profiler_warnings()],
         }
 
 

@@ -123,3 +123,24 @@ def test_json_values_keep_their_json_types():
     out = json.loads(json.dumps({"b": np.bool_(False), "i": np.int64(3), "f": np.float32(0.5),
                                  "p": Path("/x")}, default=json_value))
     assert out == {"b": False, "i": 3, "f": 0.5, "p": "/x"}
+
+
+@pytest.mark.parametrize(("untraced_ms", "warned"), [(60.0, "slows most"), (100.0, None),
+                                                     (140.0, "may not be typical"), (None, None)])
+def test_profiler_slowdown_against_the_untraced_steps(tmp_path, capsys, untraced_ms, warned):
+    """The reference trainer records its median step outside the profiler: a profiled median
+    (100 ms here) 1.25x slower or more, or 0.8x or less, is said, since the trace's shares are then
+    suspect; within those bounds, or with no such metadata, nothing is."""
+    _, run = host_trace(tmp_path)
+    if untraced_ms is not None:
+        (run / "recadvisor_run.json").write_text(json.dumps(
+            {"tool": "recadvisor.reference_model", "step_time_ms": {"p50": untraced_ms}}))
+    assert main(["analyze", str(tmp_path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["steps"]["untraced_median_ms"] == untraced_ms
+    said = [w for w in doc["warnings"] if "untraced median" in w]
+    assert len(said) == (warned is not None)
+    if warned:
+        assert warned in said[0] and f"vs {untraced_ms:.1f} ms" in said[0]
+        assert main(["analyze", str(tmp_path)]) == 0
+        assert "warning: the profiled steps took" in capsys.readouterr().out
