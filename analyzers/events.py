@@ -324,9 +324,6 @@ class EndTimes:
     def __getitem__(self, rows) -> np.ndarray:
         return self._start[rows] + self._dur[rows]
 
-    def __len__(self) -> int:
-        return len(self._start)
-
 
 def with_end(df: pd.DataFrame) -> pd.DataFrame:
     """`df` (a small selection of events) with an `end_ns` column."""

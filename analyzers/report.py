@@ -60,15 +60,15 @@ class Report:
             return []
         ratio = traced / untraced
         if ratio >= PROFILER_SLOWER:
-            return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
-                    f"{untraced:.1f} ms): the profiler slows most what records most events "
-                    "(tf.data's per-element work, small ops), so this trace may overstate their "
-                    "share and the estimates built on it"]
-        if ratio <= PROFILER_FASTER:
-            return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
-                    f"{untraced:.1f} ms): step times vary between windows, and this one may not "
-                    "be typical of the run"]
-        return []
+            why = ("the profiler slows most what records most events (tf.data's per-element "
+                   "work, small ops), so this trace may overstate their share and the estimates "
+                   "built on it")
+        elif ratio <= PROFILER_FASTER:
+            why = "step times vary between windows, and this one may not be typical of the run"
+        else:
+            return []
+        return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
+                f"{untraced:.1f} ms): {why}"]
 
     def to_dict(self) -> dict[str, Any]:
         meta = self.run.metadata or {}

@@ -73,9 +73,10 @@ def _peer_wait(ctx: Context) -> float | None:
     total = waiting = 0
     for h in np.unique(host[coll]):  # a host without collectives adds nothing
         mine, peers = coll & (host == h), ~coll & (host != h)
-        a = covered_ns(start[mine], end[mine])
-        b = covered_ns(start[peers], end[peers])
-        both = covered_ns(start[mine | peers], end[mine | peers])
+        # Masked copies are fresh: sorted in place.
+        a = covered_ns(start[mine], end[mine], overwrite=True)
+        b = covered_ns(start[peers], end[peers], overwrite=True)
+        both = covered_ns(start[mine | peers], end[mine | peers], overwrite=True)
         total, waiting = total + a, waiting + a + b - both
     return waiting / total if total else None
 

@@ -77,16 +77,18 @@ def _wanted(name: str) -> bool:
     return bool(_OPTIMIZER.search(name) or _LOOKUP.search(name) or _READ.search(name))
 
 
+# The kinds an update runs as: a host op without an accelerator, a kernel with one. Collectives
+# under the optimizer's scope (MirroredStrategy's all-reduce) are not updates.
+_UPDATE_KINDS = ("host_op", "device_compute")
+
+
 def _kernels_by_op(ctx: Context) -> pd.DataFrame:
     """Device kernels whose launching TF op this reads, with that op as their `name`."""
-    if "tf_op" not in ctx.events or not any(map(_wanted, ctx.present("tf_op"))):
+    if "tf_op" not in ctx.events:
         return pd.DataFrame()
     k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
-                     columns=("tf_op", "start_ns", "end_ns"))
-    k = k[cat_mask(k["tf_op"], _wanted)]
-    # Every kernel is device work: none is a collective (those are kind `collective`).
-    return pd.DataFrame({"name": k["tf_op"].array, "kind": "host_op",
-                         "start_ns": k["start_ns"].to_numpy(), "end_ns": k["end_ns"].to_numpy()})
+                     columns=("tf_op", "kind", "start_ns", "end_ns"))
+    return k[cat_mask(k["tf_op"], _wanted)].rename(columns={"tf_op": "name"})
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -107,8 +109,8 @@ def detect(ctx: Context) -> Finding | None:
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
-    # Collectives under the optimizer's scope (MirroredStrategy's all-reduce) are not updates.
-    in_optimizer = cat_mask(ops["name"], _OPTIMIZER.search) & (ops["kind"] == "host_op").to_numpy()
+    in_optimizer = (cat_mask(ops["name"], _OPTIMIZER.search)
+                    & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
     densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)

@@ -165,13 +165,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     columns = list(frames[0].columns)
     columns += [c for f in frames[1:] for c in f.columns if c not in columns]
     for col in columns:
-        if any(col not in f for f in frames):  # a text stat some files lack (events.py)
+        if isinstance(next(f for f in frames if col in f)[col].dtype, pd.CategoricalDtype):
+            # A text stat some files lack (events.py) is all missing there.
             parts = [f[col].array if col in f else
                      pd.Categorical.from_codes(np.full(len(f), -1, np.int8), categories=[])
                      for f in frames]
             out[col] = union_categoricals(parts, ignore_order=True)
-        elif isinstance(frames[0][col].dtype, pd.CategoricalDtype):
-            out[col] = union_categoricals([f[col] for f in frames], ignore_order=True)
         else:
             out[col] = pd.concat([f[col] for f in frames], ignore_index=True)
     return pd.DataFrame(out).sort_values("start_ns", kind="stable", ignore_index=True)

@@ -18,7 +18,7 @@ import gc
 import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.util import find_spec
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +64,15 @@ def _stat_value(stat, names: dict[int, str]) -> object:
     return names.get(value, str(value)) if kind == "ref_value" else value
 
 
+@cache
 def compiled_decoder_built() -> bool:
-    """Whether the C wire walker was built at install (it is optional: no compiler, no walker)."""
-    return find_spec("analyzers.ingest._xplane_wire") is not None
+    """Whether the C wire walker was built at install and loads (it is optional: no compiler,
+    no walker; a build for another Python is found but does not import)."""
+    try:
+        import analyzers.ingest._xplane_wire  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # What load_run reports when it had to read a large file with protobuf.
