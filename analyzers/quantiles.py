@@ -22,15 +22,15 @@ def median(values: np.ndarray) -> float:
     n = len(values)
     if n <= 4 * CHUNK or values.dtype.kind not in "iu" or values.min() < 0:
         return float(np.median(values)) if n else float("nan")
-    low, high = (n - 1) // 2, n // 2
-    a = _kth(values, low)
+    # Both middle ranks (one when n is odd) in one descent: they nearly always share a bucket.
+    a, b = _ranks(values, [(n - 1) // 2, n // 2], int(values.min()), int(values.max()))
     # As np.median rounds: each middle value to a float, then their mean.
-    return float(a) if high == low else (float(a) + float(_kth(values, high))) / 2
+    return (float(a) + float(b)) / 2
 
 
-def _kth(values: np.ndarray, k: int) -> int:
-    """The k-th smallest value (0-based)."""
-    lo, hi = int(values.min()), int(values.max())
+def _ranks(values: np.ndarray, ks: list[int], lo: int, hi: int) -> list[int]:
+    """The ks-th smallest values (0-based, ascending) of those in [lo, hi], ks counted within
+    them."""
     while lo < hi:
         shift = max((hi - lo).bit_length() - _BITS, 0)
         counts = np.zeros(((hi - lo) >> shift) + 1, dtype=np.int64)
@@ -39,11 +39,15 @@ def _kth(values: np.ndarray, k: int) -> int:
             v = v[(v >= lo) & (v <= hi)]
             counts += np.bincount((v - lo) >> shift, minlength=len(counts))
         cum = np.cumsum(counts)
-        j = int(np.searchsorted(cum, k, side="right"))  # the bucket holding rank k
-        k -= int(cum[j - 1]) if j else 0
+        buckets = np.searchsorted(cum, ks, side="right")  # the bucket holding each rank
+        if buckets[0] != buckets[-1]:  # a rank on each side of a bucket edge: one at a time
+            return [r for k in ks for r in _ranks(values, [k], lo, hi)]
+        j = int(buckets[0])
+        ks = [k - (int(cum[j - 1]) if j else 0) for k in ks]
         lo, hi = lo + (j << shift), min(lo + ((j + 1) << shift) - 1, hi)
         if counts[j] <= CHUNK:  # few left: gather and partition them
-            inside = [v[(v >= lo) & (v <= hi)] for v in (values[b] for b in
-                                                        chunks(len(values)))]
-            return int(np.partition(np.concatenate(inside), k)[k])
-    return lo
+            inside = np.concatenate([v[(v >= lo) & (v <= hi)] for v in (values[b] for b in
+                                                                      chunks(len(values)))])
+            part = np.partition(inside, ks)
+            return [int(part[k]) for k in ks]
+    return [lo] * len(ks)
