@@ -134,6 +134,55 @@ class SamplerSummary:
     d_threads_by_name: dict[str, int]
 
 
+# Fewer sweeps than this while the model runs say too little about who held the cores.
+MIN_SHARING_SWEEPS = 8
+
+
+@dataclass
+class CoreSharing:
+    """How the model's threads shared the CPUs while they ran (sweeps inside steps and outside
+    input waits). Fair scheduling gives each of `runnable` threads N/`runnable` of the N cores;
+    alone, the model's `model_threads` would each get min(1, N/`model_threads`)."""
+
+    sweeps: int
+    runnable: float  # the process's threads in R per sweep
+    model_threads: float  # of those, the model's: compute lines busy (trace) + main thread in R
+    slowdown: float  # how much longer the model's ops took for sharing the cores (>= 1)
+
+
+def core_sharing(ctx: Context) -> CoreSharing | None:
+    return ctx.memo("core_sharing", lambda: _core_sharing(ctx))
+
+
+def _core_sharing(ctx: Context) -> CoreSharing | None:
+    th, n_cpus = ctx.run.threads, ctx.n_cpus
+    if th is None or th.empty or not n_cpus or ctx.steps.table.empty:
+        return None
+    th = _within_steps(th, ctx)
+    running = th["state"].astype(str) == "R"
+    # The main thread is the one OS thread known for sure (tid == pid); its trace line is always
+    # "busy" inside the step marker, so the sampler says when it really runs.
+    main = running & (th["tid"] == th["pid"]) if "pid" in th else running & False
+    per_sweep = pd.DataFrame({"t": th["t_ns"], "R": running, "main": main}).groupby(
+        th["ts_ns"]).agg(t=("t", "first"), R=("R", "sum"), main=("main", "sum"))
+    t = per_sweep["t"].to_numpy(np.int64)
+    waits = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
+                         columns=("start_ns", "end_ns"))
+    model_runs = ~inside(t, waits["start_ns"].to_numpy(np.int64),
+                         waits["end_ns"].to_numpy(np.int64))
+    if model_runs.sum() < MIN_SHARING_SWEEPS:
+        return None
+    lines = np.zeros(len(t))
+    for line, on in _lines_busy_at(ctx, t).items():
+        if _line_role(line, ctx.main_line) == "compute":
+            lines += on
+    runnable = float(per_sweep["R"].to_numpy()[model_runs].mean())
+    model = float(lines[model_runs].mean() + per_sweep["main"].to_numpy()[model_runs].mean())
+    slowdown = runnable * min(model, n_cpus) / (n_cpus * model) if model > 0 else 1.0
+    return CoreSharing(sweeps=int(model_runs.sum()), runnable=runnable, model_threads=model,
+                       slowdown=max(1.0, slowdown))
+
+
 def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     t = ctx.steps.table
     if t.empty:
