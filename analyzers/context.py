@@ -236,6 +236,13 @@ class Context:
         return "pytorch" if any(is_torch_op(n) for n in self.present("name")) else "tensorflow"
 
     @cached_property
+    def untraced_step_ms(self) -> float | None:
+        """The median step measured outside the profiler, when the run metadata has it (the
+        reference trainer's)."""
+        p50 = ((self.run.metadata or {}).get("step_time_ms") or {}).get("p50")
+        return float(p50) if isinstance(p50, int | float) and p50 > 0 else None
+
+    @cached_property
     def n_cpus(self) -> int | None:
         if self.run.process is not None and "n_cpus" in self.run.process:
             return int(self.run.process["n_cpus"].iloc[0])

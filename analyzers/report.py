@@ -47,14 +47,8 @@ class Report:
                 return sev
         return None
 
-    def untraced_median_ms(self) -> float | None:
-        """The median step measured outside the profiler, when the run metadata has it (the
-        reference trainer's)."""
-        p50 = ((self.run.metadata or {}).get("step_time_ms") or {}).get("p50")
-        return float(p50) if isinstance(p50, int | float) and p50 > 0 else None
-
     def profiler_warnings(self) -> list[str]:
-        untraced = self.untraced_median_ms()
+        untraced = self.ctx.untraced_step_ms
         traced = self.ctx.steps.median_step_ns() / 1e6
         if untraced is None or not self.ctx.steps.found or traced <= 0:
             return []
@@ -73,7 +67,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         meta = self.run.metadata or {}
         steps = self.ctx.steps
-        untraced = self.untraced_median_ms()
+        untraced = self.ctx.untraced_step_ms
         return {
             "schema_version": SCHEMA_VERSION,
             "run": self.run.name,

@@ -60,11 +60,6 @@ _FIXES = {
 }
 
 
-def _untraced_step_ms(ctx: Context) -> float | None:
-    p50 = ((ctx.run.metadata or {}).get("step_time_ms") or {}).get("p50")
-    return float(p50) if isinstance(p50, int | float) and p50 > 0 else None
-
-
 def detect(ctx: Context) -> Finding | None:
     wait = ctx.fractions.get("input_wait", 0.0)
     pipe = analyze_input_pipeline(ctx)
@@ -101,7 +96,7 @@ def detect(ctx: Context) -> Finding | None:
         # untraced ones (run metadata), the excess is the profiler's cost on the per-element input
         # side, not on the model's few ops (docs/trace-signals.md, "The profiler's own cost"):
         # the untraced step is then the step before.
-        untraced = _untraced_step_ms(ctx)
+        untraced = ctx.untraced_step_ms
         inflated = untraced is not None and untraced < step_ms
         before = untraced if inflated else step_ms
         compute = min(step_ms * (1 - exposed), before)
@@ -119,12 +114,15 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(f"{wait:.0%} of step time the training thread waits for the next batch "
                         f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)")
     if slowdown > 1:
+        waking = ("" if sharing.waking_threads is None else
+                  f"; threads runnable then and not while the step waits: "
+                  f"{sharing.waking_threads:.1f}")
         evidence.append(
             f"CPU contention: while the model's ops ran, {sharing.runnable:.1f} of the process's "
             f"threads were runnable on {n_cpus} CPUs, {sharing.model_threads:.1f} of them the "
-            f"model's (compute lines busy in the trace + the Python thread): its ops took "
-            f"{slowdown:.2f}x as long as with the cores to themselves (sampler, "
-            f"{sharing.sweeps} sweeps)")
+            f"model's (compute lines busy in the trace + the Python thread: "
+            f"{sharing.traced_threads:.1f}{waking}): its ops took {slowdown:.2f}x as long as "
+            f"with the cores to themselves (sampler, {sharing.sweeps} sweeps)")
     evidence.append(estimate)
     evidence.extend(causes.values())
     evidence.append(cpu_note)

@@ -146,8 +146,16 @@ class CoreSharing:
 
     sweeps: int
     runnable: float  # the process's threads in R per sweep
-    model_threads: float  # of those, the model's: compute lines busy (trace) + main thread in R
+    # The model's threads among them, the larger of two counts that each miss some:
+    traced_threads: float  # compute lines busy in the trace + the main thread in R (misses
+    # intra-op threads, which record no events on CPU, and dispatch between small ops)
+    waking_threads: float | None  # threads runnable while the model runs beyond while the step
+    # waits for input (None without enough sweeps in waits)
     slowdown: float  # how much longer the model's ops took for sharing the cores (>= 1)
+
+    @property
+    def model_threads(self) -> float:
+        return max(self.traced_threads, self.waking_threads or 0.0)
 
 
 def core_sharing(ctx: Context) -> CoreSharing | None:
@@ -156,31 +164,49 @@ def core_sharing(ctx: Context) -> CoreSharing | None:
 
 def _core_sharing(ctx: Context) -> CoreSharing | None:
     th, n_cpus = ctx.run.threads, ctx.n_cpus
-    if th is None or th.empty or not n_cpus or ctx.steps.table.empty:
+    # Sweeps of several processes (hosts) cannot be set against one trace's lines.
+    if (th is None or th.empty or not n_cpus or ctx.steps.table.empty or "pid" not in th
+            or th["pid"].nunique() > 1):
         return None
     th = _within_steps(th, ctx)
-    running = th["state"].astype(str) == "R"
-    # The main thread is the one OS thread known for sure (tid == pid); its trace line is always
-    # "busy" inside the step marker, so the sampler says when it really runs.
-    main = running & (th["tid"] == th["pid"]) if "pid" in th else running & False
-    per_sweep = pd.DataFrame({"t": th["t_ns"], "R": running, "main": main}).groupby(
-        th["ts_ns"]).agg(t=("t", "first"), R=("R", "sum"), main=("main", "sum"))
-    t = per_sweep["t"].to_numpy(np.int64)
+    running = (th["state"].astype(str) == "R").to_numpy()
+    sweep_ts, sweep_of = np.unique(th["ts_ns"].to_numpy(), return_inverse=True)
+    t = np.zeros(len(sweep_ts), np.int64)
+    t[sweep_of] = th["t_ns"].to_numpy(np.int64)
     waits = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
                          columns=("start_ns", "end_ns"))
-    model_runs = ~inside(t, waits["start_ns"].to_numpy(np.int64),
-                         waits["end_ns"].to_numpy(np.int64))
+    in_wait = inside(t, waits["start_ns"].to_numpy(np.int64), waits["end_ns"].to_numpy(np.int64))
+    model_runs = ~in_wait
     if model_runs.sum() < MIN_SHARING_SWEEPS:
         return None
+    runnable = np.bincount(sweep_of, weights=running, minlength=len(t))
+    # The main thread is the one OS thread known for sure (tid == pid); its trace line is always
+    # "busy" inside the step marker, so the sampler says when it really runs.
+    main = np.bincount(sweep_of, weights=running & (th["tid"] == th["pid"]).to_numpy(),
+                       minlength=len(t))
     lines = np.zeros(len(t))
     for line, on in _lines_busy_at(ctx, t).items():
         if _line_role(line, ctx.main_line) == "compute":
             lines += on
-    runnable = float(per_sweep["R"].to_numpy()[model_runs].mean())
-    model = float(lines[model_runs].mean() + per_sweep["main"].to_numpy()[model_runs].mean())
-    slowdown = runnable * min(model, n_cpus) / (n_cpus * model) if model > 0 else 1.0
-    return CoreSharing(sweeps=int(model_runs.sum()), runnable=runnable, model_threads=model,
-                       slowdown=max(1.0, slowdown))
+    traced = float(lines[model_runs].mean() + main[model_runs].mean())
+    waking = None
+    if in_wait.sum() >= MIN_SHARING_SWEEPS:
+        # Per thread, how much more often it is runnable while the model runs than while the
+        # step waits: the producers run in both, the model's threads (intra-op ones included)
+        # only in the first.
+        row_runs = model_runs[sweep_of]
+        tid = th["tid"].to_numpy()
+        by_phase = pd.DataFrame({"tid": tid, "runs": row_runs, "R": running}).groupby(
+            ["tid", "runs"])["R"].mean().unstack(fill_value=0.0)
+        if True in by_phase and False in by_phase:
+            waking = float((by_phase[True] - by_phase[False]).clip(lower=0).sum())
+    sharing = CoreSharing(sweeps=int(model_runs.sum()),
+                          runnable=float(runnable[model_runs].mean()),
+                          traced_threads=traced, waking_threads=waking, slowdown=1.0)
+    d = sharing.model_threads
+    if d > 0:
+        sharing.slowdown = max(1.0, sharing.runnable * min(d, n_cpus) / (n_cpus * d))
+    return sharing
 
 
 def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:

@@ -245,17 +245,20 @@ def _busy_readers(b, host, main, comp, t0, i):
 
 
 def _sweeps(step_ms: float, wait_ms: float, input_running: int, *, model_running: bool = True,
-            hz: float = 200.0, steps: int = 5) -> pd.DataFrame:
+            intra_op: int = 0, hz: float = 200.0, steps: int = 5) -> pd.DataFrame:
     """Sampler sweeps of a process (pid 100): the main thread (tid 100) sleeps in the step, the
     model's thread (1001) runs while host_trace's ops do (after the wait, until 1.5 ms before
-    the step's end), and `input_running` of three tf.data threads (1002-1004) run all the time.
-    Sweeps start 2.5 ms into the profile so that none falls on an edge."""
+    the step's end), and `input_running` of three tf.data threads (1002-1004) run all the time;
+    `intra_op` more threads (1010...), which write no trace events (Eigen's intra-op pool on
+    CPU), run with the model's. Sweeps start 2.5 ms into the profile so that none falls on an
+    edge."""
     rows = []
     for k in range(int(steps * step_ms / 1000 * hz)):
         t = 2.5 + k * 1000 / hz
         ops_run = wait_ms + 0.5 <= t % step_ms < step_ms - 1.5
         states = {100: "S", 1001: "R" if model_running and ops_run else "S"}
         states |= {1002 + j: "R" if j < input_running else "S" for j in range(3)}
+        states |= {1010 + j: states[1001] for j in range(intra_op)}
         for tid, state in states.items():
             rows.append({"t_ms": t, "tid": tid, "name": "python3", "state": state,
                          "user_s": t / 1000 * (state == "R"), "system_s": 0.0})
@@ -277,6 +280,12 @@ def test_contention_from_input_threads_needs_sampler_data(tmp_path):
     assert f.speedup == pytest.approx(1.5, rel=0.03)
     assert f.severity == "high"
     assert any("3.0 of the process's threads were runnable on 2 CPUs" in e for e in f.evidence)
+
+    # Sweeps of two processes (a second worker's sampler) cannot be set against one trace.
+    threads = pd.read_parquet(run / "host.threads.parquet")
+    threads.loc[threads["tid"] > 1002, "pid"] = 101
+    threads.to_parquet(run / "host.threads.parquet")
+    assert "input_preprocessing" not in by_id(analyze(run))
 
 
 @pytest.mark.parametrize("case", ["model alone runs", "producers only read", "no producers"])
@@ -318,6 +327,31 @@ def test_exposed_wait_estimate_counts_the_models_ops_freed_from_the_producers(tm
     assert f.speedup > (7.0 if untraced_ms is None else 6.0)  # 1 / (1 - wait) alone is ~5
     assert any(("untraced median step" in e) == bool(untraced_ms) for e in f.evidence
                if e.startswith("estimate:"))
+
+
+def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_path):
+    """Three intra-op threads run with the model's ops but write no trace events: the trace
+    alone sees one model thread among 6 runnable (a 3x slowdown); the threads that run only
+    while the model does, not while the step waits, are 4, so 6 runnable on 2 cores cost
+    them 1.5x."""
+    from analyzers.context import Context
+    from analyzers.ingest.logdir import load_run
+    from analyzers.signals.os_sampler import core_sharing
+
+    _, run = host_trace(tmp_path, wait_ms=80, compute_ms=18, parse_ops=40)
+    write_sampler(run, _sweeps(100, 80, input_running=2, intra_op=3), n_cpus=2)
+    sharing = core_sharing(Context.build(load_run(run)))
+    assert sharing.runnable == pytest.approx(6.0)
+    assert sharing.traced_threads == pytest.approx(1.0, abs=0.05)
+    assert sharing.waking_threads == pytest.approx(4.0, abs=0.05)
+    assert sharing.slowdown == pytest.approx(1.5, rel=0.03)
+
+    # With no waits there is no idle-model baseline: the trace's count stands alone.
+    _, busy = host_trace(tmp_path / "nowait", wait_ms=0, parse_op_ms=70)
+    write_sampler(busy, _sweeps(100, 0, input_running=2, intra_op=3), n_cpus=2)
+    sharing = core_sharing(Context.build(load_run(busy)))
+    assert sharing.waking_threads is None
+    assert sharing.slowdown == pytest.approx(3.0, rel=0.03)
 
 
 def test_no_contention_on_a_clean_trace_with_sampler_data(tmp_path):
