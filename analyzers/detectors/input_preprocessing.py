@@ -95,11 +95,12 @@ def detect(ctx: Context) -> Finding | None:
         # the speed it has with the cores to itself. When the profiled steps ran longer than the
         # untraced ones (run metadata), the excess is the profiler's cost on the per-element input
         # side, not on the model's few ops (docs/trace-signals.md, "The profiler's own cost"):
-        # the untraced step is then the step before.
+        # the untraced step is then the step before, unless even the traced compute alone
+        # outlasts it (the profiler slowed the model too: only proportions hold then).
         untraced = ctx.untraced_step_ms
-        inflated = untraced is not None and untraced < step_ms
+        compute = step_ms * (1 - exposed)
+        inflated = untraced is not None and compute <= untraced < step_ms
         before = untraced if inflated else step_ms
-        compute = min(step_ms * (1 - exposed), before)
         after = compute / slowdown
         saved = 1 - after / before if before else 0.0
         step_fraction = exposed + (1 - exposed) * (1 - 1 / slowdown)
