@@ -17,7 +17,11 @@ import statistics
 import sys
 from pathlib import Path
 
-GOAL = 0.25  # as bench/diagnosis.py
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from diagnosis import GOAL  # noqa: E402
 
 
 def load_rows(outs: list[Path]) -> dict[tuple[str, str], list[dict]]:
@@ -67,14 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     cells = summary_rows(load_rows(args.outs))
     note = (f"error = estimated / measured - 1 per run (goal within +-{GOAL:.0%}); runs: "
             + ", ".join(str(o) for o in args.outs))
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(note)
-        for line in [cols, *cells]:
-            print(" | ".join(line))
-        return 0
     table = Table(title="Diagnosis across runs", caption=note)
     for i, c in enumerate(cols):
         table.add_column(c, justify="right" if i >= 2 and i != 3 else "left", overflow="fold")

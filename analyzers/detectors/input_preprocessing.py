@@ -77,12 +77,11 @@ def detect(ctx: Context) -> Finding | None:
     # model's ops slowed for sharing the cores (docs/trace-signals.md, "Input producers slow the
     # model's ops"). Reader stages alone are no witness: their time includes waiting on storage
     # (the dstate_io preset's 32 readers fill 55% of the CPUs x step time, mostly in I/O).
-    sharing = (core_sharing(ctx) if sampler is not None and not ctx.has_accelerator
-               and not reshaping else None)
     producers = (bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
                  or bool(exposed and cpu_bound))
-    slowdown = sharing.slowdown if (sharing and producers
-                                    and sharing.slowdown >= MIN_SLOWDOWN) else 1.0
+    sharing = (core_sharing(ctx) if producers and sampler is not None
+               and not ctx.has_accelerator and not reshaping else None)
+    slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0
     if exposed == 0.0 and slowdown == 1.0:
         return None
     if reshaping:
