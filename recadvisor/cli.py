@@ -54,6 +54,13 @@ COMMAND_OWNERS: dict[str, str] = {
     "dashboard": "dashboard.cli",
 }
 
+# Commands whose process leaves without the interpreter's teardown. They hold only in-memory
+# tables and write their outputs whole (print, or a temporary file replaced in one step), so
+# there is nothing for the teardown to finish; unloading pandas' and pyarrow's few hundred
+# modules and freeing the event table is 0.15-0.25 s of a ~0.9 s `analyze` on a small trace
+# (bench/analyzer_speed.py). Commands with threads, databases or servers keep the normal exit.
+NO_TEARDOWN_COMMANDS = frozenset({"analyze", "diff"})
+
 _COMMAND_DEST = "_recadvisor_command"
 _RUN_DEST = "_recadvisor_run"
 
@@ -155,15 +162,15 @@ def _silence_stdout() -> None:
         pass
 
 
-def exit_process(code: int) -> NoReturn:
-    """Exit with `code`. A process that trained keeps its tf.data iterators alive to the end
-    (tearing one down can deadlock in TF 2.21, reference_model/train.py), so it leaves without
-    the interpreter's teardown, which would destroy them. The atexit handlers still run (the
-    deadlock is in the teardown after them; `recadvisor capture`'s bootstrap stops and writes its
-    profile in one) and output is flushed, so nothing already written is lost. Used by every
-    process that may train (this CLI, trial workers)."""
+def exit_process(code: int, teardown: bool = True) -> NoReturn:
+    """Exit with `code`, without the interpreter's teardown when `teardown` is False or when the
+    process trained. A process that trained keeps its tf.data iterators alive to the end (tearing
+    one down can deadlock in TF 2.21, reference_model/train.py): the teardown would destroy them.
+    The atexit handlers still run (the deadlock is in the teardown after them; `recadvisor
+    capture`'s bootstrap stops and writes its profile in one) and output is flushed, so nothing
+    already written is lost. Used by every process that may train (this CLI, trial workers)."""
     train = sys.modules.get("reference_model.train")
-    if train is not None and train.has_abandoned_iterators():
+    if not teardown or (train is not None and train.has_abandoned_iterators()):
         try:
             atexit._run_exitfuncs()
             sys.stdout.flush()
@@ -175,7 +182,8 @@ def exit_process(code: int) -> NoReturn:
 
 def entry() -> NoReturn:
     """The console script and `python -m recadvisor`."""
-    exit_process(main())
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    exit_process(main(), teardown=command not in NO_TEARDOWN_COMMANDS)
 
 
 if __name__ == "__main__":

@@ -202,3 +202,28 @@ def test_exit_process_keeps_code_output_and_atexit(held):
                        stdin=subprocess.DEVNULL)
     assert p.returncode == 3, p.stderr
     assert p.stdout == "buffered atexit ran\n"
+
+
+@pytest.mark.parametrize("command,teardown", [("analyze", False), ("diff", False),
+                                              ("tune", True)])
+def test_analyzer_commands_leave_without_teardown(tmp_path, command, teardown):
+    # `analyze` and `diff` skip the interpreter's teardown (a fifth of a small trace's run);
+    # the other commands keep it. A module-level object's finalizer shows which way it left;
+    # the exit code, buffered output and atexit handlers survive both ways.
+    script = tmp_path / "entry.py"
+    script.write_text(
+        "import atexit, sys\n"
+        "class Held:\n"
+        "    def __del__(self):\n"
+        "        print('teardown')\n"
+        "held = Held()\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "from recadvisor.cli import entry\n"
+        f"sys.argv = ['recadvisor', {command!r}, '--no-such-flag']\n"
+        "entry()\n"
+    )
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, p.stderr
+    assert f"recadvisor {command}: error:" in p.stderr
+    assert p.stdout == ("atexit ran\nteardown\n" if teardown else "atexit ran\n")
