@@ -247,7 +247,12 @@ def merge_intervals(s: np.ndarray, e: np.ndarray, *,
 
 def inside(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Per point, whether some interval [s, e) holds it."""
-    ms, me = merge_intervals(np.asarray(s), np.asarray(e))
+    return inside_merged(points, *merge_intervals(np.asarray(s), np.asarray(e)))
+
+
+def inside_merged(points: np.ndarray, ms: np.ndarray, me: np.ndarray) -> np.ndarray:
+    """`inside` for spans merge_intervals already made disjoint and sorted (kept by callers
+    that test several sets of points against the same spans)."""
     i = np.searchsorted(ms, points, side="right") - 1
     return (i >= 0) & (points < me[np.maximum(i, 0)]) if len(ms) else np.zeros(len(points), bool)
 

@@ -168,7 +168,8 @@ def exit_process(code: int, teardown: bool = True) -> NoReturn:
     one down can deadlock in TF 2.21, reference_model/train.py): the teardown would destroy them.
     The atexit handlers still run (the deadlock is in the teardown after them; `recadvisor
     capture`'s bootstrap stops and writes its profile in one) and output is flushed, so nothing
-    already written is lost. Used by every process that may train (this CLI, trial workers)."""
+    already written is lost. Used by every process that may train (this CLI, trial workers), and
+    with `teardown=False` by the commands in NO_TEARDOWN_COMMANDS."""
     train = sys.modules.get("reference_model.train")
     if not teardown or (train is not None and train.has_abandoned_iterators()):
         try:

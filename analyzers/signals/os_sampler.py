@@ -18,7 +18,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import EndTimes, cat_mask, is_device_plane
-from analyzers.steps import inside, merge_intervals
+from analyzers.steps import inside, inside_merged, merge_intervals
 
 INPUT_PREFIXES = ("tf_data",)
 
@@ -84,12 +84,12 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
 def _lines_busy_at(ctx: Context, t: np.ndarray) -> dict[str, np.ndarray]:
     """Per host trace line: at each instant of `t`, whether the line is inside an event other
     than an input wait or a blocking call."""
-    return {line: inside(t, s, e) for line, (s, e) in _busy_spans(ctx).items()}
+    return {line: inside_merged(t, s, e) for line, (s, e) in _busy_spans(ctx).items()}
 
 
 def _busy_spans(ctx: Context) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per host trace line, the merged spans _lines_busy_at tests against: built once per run
-    (the thread roles and the core sharing both ask; ~130 ms on a 6.8M-event trace)."""
+    """Per host trace line, its busy time as merged spans: built once per run (the thread roles
+    and the core sharing both test instants against them; ~130 ms on a 6.8M-event trace)."""
     return ctx.memo("busy_spans", lambda: _line_spans(ctx))
 
 
@@ -200,9 +200,9 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
     main = np.bincount(sweep_of, weights=running & (th["tid"] == th["pid"]).to_numpy(),
                        minlength=len(t))
     lines = np.zeros(len(t))
-    for line, on in _lines_busy_at(ctx, t).items():
+    for line, (s, e) in _busy_spans(ctx).items():
         if _line_role(line, ctx.main_line) == "compute":
-            lines += on
+            lines += inside_merged(t, s, e)
     traced = float(lines[model_runs].mean() + main[model_runs].mean())
     waking = None
     if in_wait.sum() >= MIN_SHARING_SWEEPS:
