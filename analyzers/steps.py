@@ -285,12 +285,13 @@ def _cumulative_cover(events: pd.DataFrame, w_start: np.ndarray,
                       w_end: np.ndarray) -> np.ndarray:
     """cover[i, k]: the time of step k covered by events feeding categories 0..i.
 
-    Steps are contiguous (_chain), so each event is clipped to the span of all steps and the union
-    of those intervals counts, span by span, in the step where the span starts (the parts of an
-    event crossing a step boundary touch, so splitting events at boundaries would merge them back
-    into one span in the same step). The events are swept in start order, one block of rows at a
-    time: every span of a union but its last is final once the block is merged, so no temporary
-    grows with the trace.
+    Each event is clipped to the span of all steps; the union of those intervals is built per
+    category set and each span of it adds to every step it overlaps the part inside that step
+    (_add_cover), so cover[i, k] never exceeds step k's length and never falls below cover[i-1, k].
+    (Counting a whole span in the step where it starts broke both: a long event merged into a
+    span that began a step earlier moved its time there, which left some steps' lower categories
+    negative.) The events are swept in start order, one block of rows at a time: every span of a
+    union but its last is final once the block is merged, so no temporary grows with the trace.
     """
     n_cat = len(CATEGORIES)
     starts = events["start_ns"].to_numpy(np.int64)
@@ -314,10 +315,10 @@ def _cumulative_cover(events: pd.DataFrame, w_start: np.ndarray,
         for i in present:
             sel = c <= i
             ms, me = merge_intervals(np.append(open_s[i], s[sel]), np.append(open_e[i], e[sel]))
-            _add_cover(cover[i], ms[:-1], me[:-1], w_start)
+            _add_cover(cover[i], ms[:-1], me[:-1], w_start, w_end)
             open_s[i], open_e[i] = ms[-1], me[-1]
     for i in present:
-        _add_cover(cover[i], open_s[i:i + 1], open_e[i:i + 1], w_start)
+        _add_cover(cover[i], open_s[i:i + 1], open_e[i:i + 1], w_start, w_end)
     # A category without events covers what the ones before it do.
     for i in range(1, n_cat):
         if i not in present:
@@ -325,9 +326,20 @@ def _cumulative_cover(events: pd.DataFrame, w_start: np.ndarray,
     return cover
 
 
-def _add_cover(cover: np.ndarray, s: np.ndarray, e: np.ndarray, w_start: np.ndarray) -> None:
-    step = np.searchsorted(w_start, s, side="right") - 1
-    cover += np.bincount(step, weights=e - s, minlength=len(cover))
+def _add_cover(cover: np.ndarray, s: np.ndarray, e: np.ndarray, w_start: np.ndarray,
+               w_end: np.ndarray) -> None:
+    """Add to each step [w_start, w_end) its overlap with the disjoint, sorted spans [s, e)."""
+    if not len(s):
+        return
+    covered = np.concatenate(([0], np.cumsum(e - s)))
+
+    def before(t: np.ndarray) -> np.ndarray:
+        # Span time before each instant t: the spans ended by t, and the part of the next one.
+        j = np.searchsorted(e, t, side="right")
+        part = np.where(j < len(s), t - s[np.minimum(j, len(s) - 1)], 0)
+        return covered[j] + np.maximum(part, 0)
+
+    cover += before(w_end) - before(w_start)
 
 
 def step_breakdown(events: pd.DataFrame) -> Steps:

@@ -835,6 +835,26 @@ def test_step_breakdown_counts_only_exposed_waits(tmp_path):
         50 * MS, 30 * MS, 5 * MS, 15 * MS)
 
 
+def test_step_breakdown_splits_events_that_cross_steps(tmp_path):
+    """An event crossing a step boundary gives each step its own part; a long runtime event
+    that starts a step early does not move its later steps' time into that step (which left
+    the step's idle time negative and the next steps' time uncounted)."""
+    b, main, compute = _main_and_compute()
+    for i in range(3):
+        main.event("train", i * 100 * MS, 95 * MS, step_num=i, _r=1)
+    main.event("IteratorGetNext", 80 * MS, 20 * MS)
+    compute.event("dense/MatMul:MatMul", 95 * MS, 35 * MS)  # 5 ms in step 0, 30 ms in step 1
+    main.event("EagerExecute", 150 * MS, 100 * MS)  # runtime: steps 1 and 2
+    b.write(tmp_path)
+    t = step_breakdown(load_run(tmp_path).events).table
+    cats = t[list(ALL_CATEGORIES)]
+    assert (cats >= 0).all().all() and (cats.sum(axis=1) == t["dur_ns"]).all()
+    assert t["host_compute"].tolist() == [5 * MS, 30 * MS, 0]
+    assert t["input_wait"].tolist() == [15 * MS, 0, 0]
+    assert t["framework"].tolist() == [0, 50 * MS, 50 * MS]
+    assert t["python_other"].tolist() == [80 * MS, 20 * MS, 45 * MS]
+
+
 def test_step_breakdown_falls_back_to_train_function_calls(tmp_path):
     b, main, compute = _main_and_compute()
     for i in range(3):
