@@ -17,6 +17,7 @@ DETECTOR_IDS = (
     "eager_execution",
     "function_retracing",
     "per_step_overhead",
+    "step_stalls",
     "host_device_pingpong",
     "dense_embedding_update",
 )

@@ -171,6 +171,15 @@ def _files_opened(ctx: Context) -> list[str]:
     return present_values(ev["filename"][opens])
 
 
+def file_open_starts(ctx: Context) -> np.ndarray:
+    """When readers opened a file (ns), in event order: the reads that name their file."""
+    ev = ctx.events
+    if "filename" not in ev or not len(ev["filename"].cat.categories):
+        return np.zeros(0, dtype=np.int64)
+    opens = cat_mask(ev["name"], _OPENS_FILE.search) & (ev["filename"].array.codes >= 0)
+    return ev["start_ns"].to_numpy(np.int64)[opens]
+
+
 def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
     """The longest input waits, as (start, end) in ms from the trace start."""
     w = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,

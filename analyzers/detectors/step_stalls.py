@@ -1,0 +1,276 @@
+"""`step_stalls`: a few steps take far longer than the rest.
+
+Seed 000's job stalled "periodically as a new file was pulled" and hung "while the garbage
+collector catches up"; checkpoints, summaries and evaluation every N steps do the same. The mean
+step, which sets the run's length, then sits well above the typical step every other estimate
+starts from, and xprof shows the spikes in its step-time graph without a cause.
+
+Signals (docs/trace-signals.md, "Uneven steps"): the per-step breakdown. A step stalls when it
+lasts STALL_RATIO times the median step. The window's first and last steps are not judged: the
+profiler's start and stop and a fit call's new iterator land there (first steps of 2.3-8.2x in
+TF 2.21 Keras jobs with nothing periodic in them). What the stall is, in this order:
+1. events whose names say what they are (checkpoint, summary, graph-building, evaluation ops)
+   grew in the stalled steps against as many typical steps;
+2. the breakdown's input wait grew (the pipeline ran dry: with the files readers opened then),
+   or time no event covers grew (garbage collection and other Python work are not traced);
+3. events typical steps do not have at all ran there (other periodic work, named);
+4. otherwise the same events ran longer: the trace cannot say why, so the finding stays `low`.
+
+What-if: every stalled step as long as the median step. With a period (the stalls every k steps),
+per period: excess / (k x median + excess), which does not depend on where the window cuts the
+cycle; otherwise the window's share: excess / window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from analyzers.context import Context
+from analyzers.events import GRAPH_BUILDING
+from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.input_pipeline import file_open_starts
+from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns
+
+ID = "step_stalls"
+# A step this many times the median is a stall: steady windows keep their interior steps within
+# 1.6x (48 real TF 2.21/2.15 CPU logdirs, 2 cores); the periodic stalls seen reach 4-46x.
+STALL_RATIO = 2.0
+# Stalls worth less than this share of the step time are noise on a shared machine.
+MIN_EXCESS_SHARE = 0.03
+MIN_STEPS = 5
+# Events whose names say what periodic work they are, checked in this order.
+_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("checkpoint", re.compile(r"(?i)(SaveV2|RestoreV2|MergeV2Checkpoints|SaveSlices|"
+                              r"checkpoint|ShardedFilename)")),
+    ("summary", re.compile(r"(?i)(Summary|FlushSummaryWriter|CreateSummaryFileWriter)")),
+    ("graph_building", re.compile(rf"^{re.escape(GRAPH_BUILDING)}$")),
+    ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
+)
+# Growth of this share of the excess explains a stall.
+MIN_CAUSE_SHARE = 0.3
+# Events are new work when typical steps hold less than this share of their stalled-step time.
+NEW_WORK_SHARE = 0.2
+_REMEDIES = {
+    "checkpoint": "Checkpoint less often, or asynchronously (tf.train.CheckpointOptions("
+                  "experimental_enable_async_checkpoint=True); Keras ModelCheckpoint with a "
+                  "larger save_freq), to fast local storage.",
+    "summary": "Write summaries less often (tf.summary.record_if, a larger update_freq) and "
+               "flush the writer less often (flush_millis).",
+    "graph_building": "A tf.function is traced inside the window: keep its signature stable "
+                      "(see function_retracing) and run warm-up steps before timing.",
+    "evaluation": "Evaluate less often (validation_freq), on fewer steps (validation_steps), or "
+                  "in a separate job.",
+    "input_wait": "The input pipeline runs dry in bursts: prefetch deeper (prefetch(AUTOTUNE) at "
+                  "the end, a larger buffer), open the next file before the current one ends "
+                  "(interleave with cycle_length >= 2 and num_parallel_calls, a larger "
+                  "block_length, larger files), and keep shuffle buffers refilled continuously; "
+                  "stage the files on faster storage if the reads wait on it.",
+    IDLE: "The step's thread did work the profiler does not trace: garbage collection (call "
+          "gc.freeze() once the model and data are built, raise gc.set_threshold, never call "
+          "gc.collect() inside the loop; create fewer Python objects per step, e.g. no "
+          "Python-side casting layers), logging or metrics gathered in Python, or files written "
+          "from Python. Do such work less often or on a background thread.",
+    "extra_work": "Some steps run work the others do not (the events below): do it less often, "
+                  "asynchronously, or outside the training loop.",
+}
+_LABELS = {"checkpoint": "checkpoints", "summary": "summary writes",
+           "graph_building": "tf.function tracing", "evaluation": "evaluation",
+           "input_wait": "the input pipeline ran dry", IDLE: "untraced Python work",
+           "extra_work": "work only those steps do"}
+_UNEXPLAINED = ("Nothing the trace holds explains the slow steps: look for what else used the "
+                "cores then (other processes or jobs on the host; `recadvisor capture` records "
+                "thread states) and whether some batches carry more work than others.")
+
+
+def detect(ctx: Context) -> Finding | None:
+    t = ctx.steps.table
+    n = len(t)
+    if n < MIN_STEPS:
+        return None
+    dur = t["dur_ns"].to_numpy(np.float64)
+    median = float(np.median(dur))
+    if median <= 0:
+        return None
+    interior = np.zeros(n, dtype=bool)
+    interior[1:-1] = True
+    stalled = interior & (dur >= STALL_RATIO * median)
+    typical = interior & ~stalled
+    if not stalled.any() or not typical.any():
+        return None
+    k = int(stalled.sum())
+    excess = float((dur[stalled] - median).sum())
+    step_numbers = t["step"].to_numpy()[stalled].tolist()
+    period = _period(step_numbers)
+    # Per cycle when periodic: where the window cuts the cycle does not matter then.
+    saved = (excess / k) / (period * median + excess / k) if period else excess / float(dur.sum())
+    if saved < MIN_EXCESS_SHARE:
+        return None
+    grew = {c: float(t[c].to_numpy()[stalled].sum() - k * np.median(t[c].to_numpy()[typical]))
+            for c in ALL_CATEGORIES}
+    by_category = max(grew, key=grew.__getitem__)
+    top, named, behind = _events_that_grew(ctx, stalled, typical)
+    cause = _cause(named, by_category, excess)
+    ratios = dur[stalled] / median
+    evidence = [
+        f"{k} of {n} profiled steps took {STALL_RATIO:g}x the median step or more "
+        f"({_list(f'{r:.1f}x' for r in ratios)}; median {median / 1e6:.1f} ms): "
+        f"{excess / 1e6:.1f} ms beyond the median, {excess / float(dur.sum()):.0%} of the "
+        "window's step time",
+        f"steps {_list(str(s) for s in step_numbers)}"
+        + (f": every {period} steps, so {saved:.0%} of the time of each {period}-step cycle"
+           if period else ""),
+        "in those steps, beyond as many typical steps: " + ", ".join(
+            f"{c} +{ms / 1e6:.1f} ms" for c, ms in sorted(grew.items(), key=lambda x: -x[1])
+            if ms >= 0.1 * excess),
+        _cause_line(ctx, cause, named, stalled, typical),
+    ]
+    edges = [f"{'first' if i == 0 else 'last'} step ({dur[i] / median:.1f}x)"
+             for i in (0, n - 1) if dur[i] >= STALL_RATIO * median]
+    if edges:
+        evidence.append(f"not counted: the window's {' and '.join(edges)}, where the profiler's "
+                        "start and stop and a new iterator's warm-up land")
+    meta = (ctx.run.metadata or {}).get("step_time_ms") or {}
+    if meta.get("mean") and meta.get("p50"):
+        evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "
+                        f"median {meta['p50']:.1f} ms")
+    owner = _input_finding(ctx) if cause == "input_wait" else None
+    if owner:
+        evidence.append(f"this wait is part of `{owner}`'s estimate, whose remedy addresses it: "
+                        "shown for its pattern, not counted again")
+    return Finding(
+        id=ID,
+        title=f"{k} of {n} steps stall, up to {ratios.max():.1f}x the median step "
+              f"({_LABELS.get(cause or '', 'cause not in the trace')})",
+        step_fraction=saved,
+        speedup=1.0 if owner else speedup_from_saving(saved),
+        evidence=evidence,
+        remedy=_REMEDIES[cause] if cause else _UNEXPLAINED,
+        # Without a cause there is nothing concrete to change, and an input finding already
+        # counts an input wait: shown, never ranked above low.
+        severity="low" if cause is None or owner else "",
+        numbers={"stalled_steps": step_numbers, "ratios": [round(float(r), 2) for r in ratios],
+                 "median_step_ms": round(median / 1e6, 3),
+                 "excess_ms": round(excess / 1e6, 3), "period_steps": period,
+                 "cause": cause, "growth_ms": {c: round(ms / 1e6, 3) for c, ms in grew.items()
+                                               if ms > 0}},
+        top_events=behind.get(cause or "", [] if cause == IDLE else top),
+        time_ranges_ms=[(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(
+            t["start_ns"].to_numpy()[stalled].tolist(), t["end_ns"].to_numpy()[stalled].tolist(),
+            strict=True)],
+    )
+
+
+def _input_finding(ctx: Context) -> str | None:
+    """The input detector that reports this run's input wait, if one does."""
+    from analyzers.detectors import input_preprocessing, io_stall
+
+    for module in (io_stall, input_preprocessing):
+        if isinstance(module.detect(ctx), Finding):
+            return module.ID
+    return None
+
+
+def _cause(named: dict[str, float], by_category: str, excess: float) -> str | None:
+    enough = MIN_CAUSE_SHARE * excess / 1e6
+    for cause, _ in _CAUSES:
+        if named.get(cause, 0.0) >= enough:
+            return cause
+    if by_category in ("input_wait", IDLE):
+        return by_category
+    return "extra_work" if named.get("extra_work", 0.0) >= enough else None
+
+
+def _cause_line(ctx: Context, cause: str | None, named: dict[str, float], stalled: np.ndarray,
+                typical: np.ndarray) -> str:
+    if cause is None:
+        return ("the same events ran longer and nothing new ran: the trace does not say why "
+                "(another process or thread on the cores, data-dependent work)")
+    if cause == IDLE:
+        return ("no traced event covers that time: Python work on the step's thread (garbage "
+                "collection, logging, metrics) or a wait the tracer does not see")
+    if cause == "input_wait":
+        opens = file_open_starts(ctx)
+        if not len(opens):
+            return "the training thread waited for its next batch"
+        t = ctx.steps.table
+        step = np.searchsorted(t["start_ns"].to_numpy(np.int64), opens, side="right") - 1
+        step = step[(step >= 0) & (opens < t["end_ns"].to_numpy(np.int64)[np.maximum(step, 0)])]
+        per_stalled = stalled[step].sum() / stalled.sum()
+        per_typical = typical[step].sum() / typical.sum()
+        return (f"the training thread waited for its next batch; readers opened "
+                f"{per_stalled:.2g} file(s) per stalled step, {per_typical:.2g} per typical step")
+    what = "work that typical steps do not have" if cause == "extra_work" else (
+        f"{cause.replace('_', ' ')} events")
+    k = int(stalled.sum())
+    return (f"{what}: {named[cause]:.1f} ms more in the {k} stalled steps "
+            f"({named[cause] / k:.1f} ms each; the events below)")
+
+
+def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
+                      ) -> tuple[list[dict], dict[str, float], dict[str, list[dict]]]:
+    """Per name, its time in the stalled steps beyond its time in as many typical steps; then
+    the time (ms) each named cause, and the work typical steps do not have, add to the stalled
+    steps (their events' union: SaveV2 then MergeV2Checkpoints both count, a wrapper and the op
+    inside it once), with the events behind each."""
+    ev = ctx.in_steps(columns=("name", "kind", "step_idx", "start_ns", "end_ns", "dur_ns"))
+    name = ev["name"]
+    codes = name.array.codes
+    step = ev["step_idx"].to_numpy()
+    dur = ev["dur_ns"].to_numpy(np.float64)
+    m = len(name.cat.categories)
+    scale = stalled.sum() / typical.sum()
+    in_stalled = np.bincount(codes[stalled[step]], weights=dur[stalled[step]], minlength=m)
+    n_stalled = np.bincount(codes[stalled[step]], minlength=m)
+    in_typical = np.bincount(codes[typical[step]], weights=dur[typical[step]], minlength=m)
+    grew = in_stalled - in_typical * scale
+    names = [str(c) for c in name.cat.categories]
+    # The step markers (or step-function calls) enclose whole steps: they grow with any stall.
+    marker = ctx.steps.source.split(":", 1)[1] if ":" in ctx.steps.source else None
+    if marker in names:
+        grew[names.index(marker)] = 0.0
+    wrapper = np.zeros(m, dtype=bool)
+    wrapper[np.unique(codes[(ev["kind"] == "framework").to_numpy()])] = True
+    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+
+    def top_of(sel: np.ndarray) -> list[dict]:
+        order = [i for i in np.argsort(-grew, kind="stable").tolist() if sel[i] and grew[i] > 0]
+        leaves = [i for i in order if not wrapper[i]]
+        # total_ms and count: in the stalled steps; extra_ms: beyond as many typical steps.
+        return [{"name": names[i], "total_ms": round(in_stalled[i] / 1e6, 3),
+                 "count": int(n_stalled[i]), "extra_ms": round(grew[i] / 1e6, 3)}
+                for i in (leaves or order)[:5]]
+
+    def added_ms(sel: np.ndarray) -> float:
+        rows = sel[codes] & (codes >= 0)
+        s_rows, t_rows = rows & stalled[step], rows & typical[step]
+        return (covered_ns(starts[s_rows], ends[s_rows])
+                - covered_ns(starts[t_rows], ends[t_rows]) * scale) / 1e6
+
+    named: dict[str, float] = {}
+    behind: dict[str, list[dict]] = {}
+    groups = [(cause, np.array([bool(p.search(x)) for x in names], dtype=bool))
+              for cause, p in _CAUSES]
+    groups.append(("extra_work", in_stalled - grew < NEW_WORK_SHARE * in_stalled))
+    for cause, sel in groups:
+        sel &= grew > 0
+        if sel.any():
+            named[cause] = added_ms(sel)
+            behind[cause] = top_of(sel)
+    return top_of(np.ones(m, dtype=bool)), named, behind
+
+
+def _period(steps: list[int]) -> int | None:
+    """The constant gap between stalled steps, when there are at least three of them (two
+    stalls are as likely a coincidence as a cycle)."""
+    if len(steps) < 3:
+        return None
+    gaps = set(np.diff(steps).tolist())
+    return int(gaps.pop()) if len(gaps) == 1 else None
+
+
+def _list(items: Iterable[str]) -> str:
+    items = list(items)
+    return ", ".join(items[:8]) + (f", … ({len(items)} in all)" if len(items) > 8 else "")
