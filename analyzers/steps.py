@@ -274,6 +274,15 @@ def covered_ns(s: np.ndarray, e: np.ndarray, *, overwrite: bool = False) -> int:
     return total
 
 
+def covered_per_step(s: np.ndarray, e: np.ndarray, w_start: np.ndarray,
+                     w_end: np.ndarray) -> np.ndarray:
+    """Per step window, the time (integer ns) some interval [s, e) covers inside it."""
+    cover = np.zeros(len(w_start))  # float sums of whole ns: exact below 2**53
+    if len(s):
+        _add_cover(cover, *merge_intervals(np.asarray(s), np.asarray(e)), w_start, w_end)
+    return cover.astype(np.int64)
+
+
 def _category_codes(kind: pd.Series) -> np.ndarray:
     """Per event, the index of the breakdown category its kind feeds (-1: none)."""
     of_kind = [next((i for i, feeding in enumerate(CATEGORIES.values()) if k in feeding), -1)

@@ -219,6 +219,26 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
                        traced_threads=traced, waking_threads=waking, n_cpus=n_cpus)
 
 
+def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float], int] | None:
+    """The states of the process's main thread (tid == pid, the thread Python starts, which runs
+    the training loop in Keras fit and in most custom loops) over the sampler sweeps inside the
+    steps flagged in `steps` (a mask over the step table): share per state, and the sample count.
+    None without sampler data of one process, or without a sample in those steps."""
+    th, t = ctx.run.threads, ctx.steps.table
+    if th is None or th.empty or "pid" not in th or th["pid"].nunique() > 1 or t.empty:
+        return None
+    main = th[(th["tid"] == th["pid"]).to_numpy()]
+    at = main["t_ns"].to_numpy(np.int64)
+    step = np.searchsorted(t["start_ns"].to_numpy(np.int64), at, side="right") - 1
+    inside_step = (step >= 0) & (at < t["end_ns"].to_numpy(np.int64)[np.maximum(step, 0)])
+    keep = inside_step & steps[np.maximum(step, 0)]
+    if not keep.any():
+        return None
+    states = main["state"].astype(str).to_numpy()[keep]
+    names, counts = np.unique(states, return_counts=True)
+    return {str(k): float(c) / len(states) for k, c in zip(names, counts, strict=True)}, len(states)
+
+
 def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     t = ctx.steps.table
     if t.empty:

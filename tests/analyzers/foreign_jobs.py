@@ -43,6 +43,8 @@ MODE:
   the table and layer (`tf.train.Checkpoint.write`), or calls `gc.collect()` with 1.5M Python
   lists alive (a Python-side vocabulary: the "collect to contain memory" habit), or does nothing
   more. The periodic work runs inside the step's `Trace` and in the untraced timing too.
+  `periodic_gc_unprofiled` / `periodic_sleep_unprofiled`: the loop with `gc.collect()` or a
+  200 ms `time.sleep` every 5th step, 80 steps, no profiler calls: for `recadvisor capture`.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -404,7 +406,7 @@ elif mode.startswith("periodic_"):
         w.assign_sub(0.05 * g_w)
     ckpt = tf.train.Checkpoint(table=table, w=w)
     prefix = os.path.join(tempfile.mkdtemp(), "ckpt")
-    heap = [[i, str(i)] for i in range(1_500_000)] if mode == "periodic_gc" else []
+    heap = [[i, str(i)] for i in range(1_500_000)] if mode.startswith("periodic_gc") else []
     calls = itertools.count()
 
     def step():
@@ -412,9 +414,15 @@ elif mode.startswith("periodic_"):
         if next(calls) % 5 == 4:
             if mode == "periodic_checkpoint":
                 ckpt.write(prefix)
-            elif mode == "periodic_gc":
+            elif mode.startswith("periodic_gc"):
                 gc.collect()
-    profile_loop(step, steps=30)
+            elif mode.startswith("periodic_sleep"):
+                time.sleep(0.2)
+    if mode.endswith("_unprofiled"):
+        for _ in range(80):
+            step()
+    else:
+        profile_loop(step, steps=30)
     shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
     print(f"heap={len(heap)}")
 else:

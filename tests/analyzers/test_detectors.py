@@ -1097,3 +1097,35 @@ def test_even_steps_and_window_edges_are_not_stalls(tmp_path, durations):
 
 def test_too_few_steps_to_judge(tmp_path):
     assert "step_stalls" not in by_id(analyze(_uneven(tmp_path, [10.0, 10, 50, 10])))
+
+
+def test_stalls_are_not_per_call_overhead(tmp_path):
+    """A fixed cost per call shows in every step; untraced stalls in a few steps are not it."""
+    even = by_id(analyze(_uneven(tmp_path / "even", [10.0] * 30)))
+    assert even["per_step_overhead"].numbers["overhead_fraction"] == pytest.approx(0.2, abs=0.01)
+    stalled = by_id(analyze(_uneven(tmp_path / "stalls", _every(5, 100.0))))
+    # 2 ms per call over 30 calls, in 840 ms of steps: below the finding's 10%.
+    assert "per_step_overhead" not in stalled and "step_stalls" in stalled
+
+
+@pytest.mark.parametrize(("state", "label", "remedy"), [
+    ("R", "untraced Python work on the CPU", "gc.freeze()"),  # a garbage collection
+    ("S", "an untraced wait", "time.sleep"),  # a sleep, a lock, a remote call
+    ("D", "untraced file I/O", "files from Python"),
+])
+def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remedy):
+    durations = _every(5, 100.0)
+    run = _uneven(tmp_path, durations)
+    starts = [sum(durations[:i]) for i in range(len(durations))]
+    rows = []
+    for t in range(0, int(sum(durations)), 2):  # 500 Hz, the main thread (tid == pid == 100)
+        i = max(k for k, s in enumerate(starts) if s <= t)
+        stalled = durations[i] > 15 and t - starts[i] >= 10
+        rows.append({"t_ms": float(t), "tid": 100, "name": "python", "user_s": 0.0,
+                     "system_s": 0.0, "state": state if stalled else ("R" if t % 4 else "S")})
+    write_sampler(run, pd.DataFrame(rows))
+    f = by_id(analyze(run))["step_stalls"]
+    assert f.numbers["cause"] == "python_other" and label in f.title and remedy in f.remedy
+    assert f.numbers["main_thread_states"][state] >= 0.85
+    # Typical steps: the thread runs half the time.
+    assert any("(typical steps: 50%)" in e for e in f.evidence), f.evidence

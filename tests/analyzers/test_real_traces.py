@@ -194,6 +194,23 @@ def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
     assert none is None or (none.severity == "low" and none.numbers["cause"] is None), none
 
 
+@pytest.mark.parametrize(("mode", "label"), [("gc", "untraced Python work on the CPU"),
+                                           ("sleep", "an untraced wait")])
+def test_captured_stalls_say_what_the_main_thread_did(tmp_path, mode, label):
+    """Under `recadvisor capture`, the sampler tells a garbage collection (the main thread on a
+    CPU) from a wait (sleeping) where the trace has no event at all."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    subprocess.run([sys.executable, "-m", "recadvisor", "capture", "--logdir", str(tmp_path),
+                    "--delay", "0", "--steps", "30", "--", sys.executable,
+                    str(HERE / "foreign_jobs.py"), str(tmp_path / "unused"),
+                    f"periodic_{mode}_unprofiled"], check=True, timeout=300, env=env,
+                   capture_output=True)
+    report = analyze(tmp_path)
+    assert report.run.threads is not None
+    f = {f.id: f for f in report.findings}["step_stalls"]
+    assert f.severity == "high" and label in f.title and f.numbers["period_steps"] == 5, f
+
+
 def test_numpy_batches_passed_to_a_tf_function_are_conversions(foreign):
     """float64 NumPy slices passed to the compiled step are converted on the Python thread every
     call (28-32% of the traced step; the float32 tf.data twin ran 1.6-1.7x faster); batches from
