@@ -29,6 +29,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from analyzers.context import Context
+from analyzers.detectors import input_preprocessing, io_stall
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
@@ -175,10 +176,9 @@ def detect(ctx: Context) -> Finding | None:
                  "median_step_ms": round(median / 1e6, 3),
                  "excess_ms": round(excess / 1e6, 3), "period_steps": period,
                  "cause": cause,
-                 "main_thread_states": {k: round(v, 3) for k, v in states[2].items()}
-                 if states else None,
-                 "growth_ms": {c: round(ms / 1e6, 3) for c, ms in grew.items()
-                                               if ms > 0}},
+                 "main_thread_states": ({st: round(v, 3) for st, v in states[2].items()}
+                                        if states else None),
+                 "growth_ms": {c: round(ms / 1e6, 3) for c, ms in grew.items() if ms > 0}},
         top_events=behind.get(cause or "", [] if cause == IDLE else top),
         time_ranges_ms=[(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(
             t["start_ns"].to_numpy()[stalled].tolist(), t["end_ns"].to_numpy()[stalled].tolist(),
@@ -188,8 +188,6 @@ def detect(ctx: Context) -> Finding | None:
 
 def _input_finding(ctx: Context) -> str | None:
     """The input detector that reports this run's input wait, if one does."""
-    from analyzers.detectors import input_preprocessing, io_stall
-
     for module in (io_stall, input_preprocessing):
         if isinstance(module.detect(ctx), Finding):
             return module.ID
