@@ -73,8 +73,10 @@ _REMEDIES = {
     IDLE: "The step's thread did work the profiler does not trace: garbage collection (call "
           "gc.freeze() once the model and data are built, raise gc.set_threshold, never call "
           "gc.collect() inside the loop; create fewer Python objects per step, e.g. no "
-          "Python-side casting layers), logging or metrics gathered in Python, or files written "
-          "from Python. Do such work less often or on a background thread.",
+          "Python-side casting layers), logging or metrics gathered in Python, callbacks that "
+          "save or log every few batches (Keras ModelCheckpoint's save_freq writes through "
+          "h5py, untraced), or files written from Python. Do such work less often or on a "
+          "background thread.",
     "extra_work": "Some steps run work the others do not (the events below): do it less often, "
                   "asynchronously, or outside the training loop.",
 }

@@ -45,6 +45,9 @@ MODE:
   more. The periodic work runs inside the step's `Trace` and in the untraced timing too.
   `periodic_gc_unprofiled` / `periodic_sleep_unprofiled`: the loop with `gc.collect()` or a
   200 ms `time.sleep` every 5th step, 80 steps, no profiler calls: for `recadvisor capture`.
+- `keras_checkpoint`: Keras fit of a 64-2048-2048-1 MLP on batches of 64 with a
+  `ModelCheckpoint` saving the weights (`.weights.h5`, 17 MB, through h5py) every 5 batches.
+  Prints `untraced_step_ms=` without the callback and `untraced_step_ms_checkpoint=` with it.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -386,6 +389,25 @@ elif mode in ("numpy_feed", "dataset_feed"):
         def step():
             train(*next(ds))
     profile_loop(step, steps=20)
+elif mode == "keras_checkpoint":
+    x = rng.normal(size=(64 * 64, 64)).astype("float32")
+    y = (x[:, :1] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).cache().repeat().prefetch(2)
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(2048, "relu"),
+                                 tf.keras.layers.Dense(2048, "relu"), tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    folder = tempfile.mkdtemp()
+    saves = [tf.keras.callbacks.ModelCheckpoint(os.path.join(folder, "m.weights.h5"),
+                                                save_weights_only=True, save_freq=5)]
+    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0, callbacks=saves)
+    for callbacks, suffix in (([], ""), (saves, "_checkpoint")):
+        t = time.perf_counter()
+        model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0, callbacks=callbacks)
+        print(f"untraced_step_ms{suffix}={(time.perf_counter() - t) / 30 * 1e3:.3f}", flush=True)
+    tf.profiler.experimental.start(logdir)
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0, callbacks=saves)
+    tf.profiler.experimental.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 elif mode.startswith("periodic_"):
     vocab, width, fields = 250_000, 64, 26
     table = tf.Variable(tf.random.uniform((vocab, width), -0.05, 0.05))

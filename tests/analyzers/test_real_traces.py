@@ -175,7 +175,8 @@ def test_embedding_tables_handled_whole(foreign):
 def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
     """Every 5th step of a ~5 ms loop writes a checkpoint of a 64 MB table (SaveV2, then
     MergeV2Checkpoints: ~90 ms), or calls gc.collect() with 1.5M Python lists alive (~300 ms,
-    no event); the same loop without either has even steps."""
+    no event); the same loop without either has even steps. Keras fit saving its weights every
+    5 batches stalls the same way."""
     def found(mode):
         report = analyze(foreign(mode))
         return {f.id: f for f in report.findings}.get("step_stalls"), report
@@ -187,6 +188,10 @@ def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
     collect, _ = found("periodic_gc")
     assert collect.severity == "high" and collect.numbers["cause"] == "python_other"
     assert collect.numbers["period_steps"] == 5 and "gc.freeze()" in collect.remedy
+    # Keras' ModelCheckpoint writes .weights.h5 through h5py: no event, untraced time.
+    keras, _ = found("keras_checkpoint")
+    assert keras.severity == "high" and keras.numbers["cause"] == "python_other"
+    assert keras.numbers["period_steps"] == 5 and "ModelCheckpoint" in keras.remedy
     none, report = found("periodic_none")
     assert report.ctx.n_steps == 30
     # Even steps (within 1.2-1.6x in 4 runs); an OS hiccup could still stretch one, which the
