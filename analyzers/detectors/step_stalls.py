@@ -12,9 +12,12 @@ TF 2.21 Keras jobs with nothing periodic in them). What the stall is, in this or
 1. events whose names say what they are (checkpoint, summary, graph-building, evaluation ops)
    grew in the stalled steps against as many typical steps;
 2. the breakdown's input wait grew (the pipeline ran dry: with the files readers opened then),
-   or time no event covers grew (garbage collection and other Python work are not traced);
+   or time no event covers grew (garbage collection and other Python work are not traced; with
+   sampler data the main thread's states tell CPU work from a wait or file I/O);
 3. events typical steps do not have at all ran there (other periodic work, named);
 4. otherwise the same events ran longer: the trace cannot say why, so the finding stays `low`.
+A stall whose time another finding already estimates (an input wait: io_stall or
+input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x.
 
 What-if: every stalled step as long as the median step. With a period (the stalls every k steps),
 per period: excess / (k x median + excess), which does not depend on where the window cuts the
@@ -29,7 +32,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.detectors import input_preprocessing, io_stall
+from analyzers.detectors import function_retracing, input_preprocessing, io_stall
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
@@ -94,6 +97,8 @@ _IDLE_REMEDIES = {
                "written by hand, numpy.save, pickle): do it less often, on a background "
                "thread, or to faster local storage.",
 }
+_OWNERS = {"input_wait": (io_stall, input_preprocessing),
+           "graph_building": (function_retracing,)}
 _IDLE_LABELS = {"cpu": "untraced Python work on the CPU", "sleep": "an untraced wait",
                 "storage": "untraced file I/O", "mixed": "untraced Python work"}
 _NO_CAUSE = "cause not in the trace"
@@ -158,9 +163,9 @@ def detect(ctx: Context) -> Finding | None:
     if meta.get("mean") and meta.get("p50"):
         evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "
                         f"median {meta['p50']:.1f} ms")
-    owner = _input_finding(ctx) if cause == "input_wait" else None
+    owner = _owner(ctx, cause)
     if owner:
-        evidence.append(f"this wait is part of `{owner}`'s estimate, whose remedy addresses it: "
+        evidence.append(f"this time is part of `{owner}`'s estimate, whose remedy addresses it: "
                         "shown for its pattern, not counted again")
     return Finding(
         id=ID,
@@ -171,8 +176,8 @@ def detect(ctx: Context) -> Finding | None:
         evidence=evidence,
         remedy=(_UNEXPLAINED if cause is None else
                 _IDLE_REMEDIES.get(states[0] if states else "", _REMEDIES[cause])),
-        # Without a cause there is nothing concrete to change, and an input finding already
-        # counts an input wait: shown, never ranked above low.
+        # Without a cause there is nothing concrete to change, and an owner's finding already
+        # counts the time: shown, never ranked above low.
         severity="low" if cause is None or owner else "",
         numbers={"stalled_steps": step_numbers, "ratios": [round(float(r), 2) for r in ratios],
                  "median_step_ms": round(median / 1e6, 3),
@@ -188,9 +193,10 @@ def detect(ctx: Context) -> Finding | None:
     )
 
 
-def _input_finding(ctx: Context) -> str | None:
-    """The input detector that reports this run's input wait, if one does."""
-    for module in (io_stall, input_preprocessing):
+def _owner(ctx: Context, cause: str | None) -> str | None:
+    """The detector whose finding already counts this stall's time, if one reports it: the
+    input detectors an input wait, function_retracing the tracing."""
+    for module in _OWNERS.get(cause or "", ()):
         if isinstance(module.detect(ctx), Finding):
             return module.ID
     return None

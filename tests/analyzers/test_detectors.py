@@ -1129,3 +1129,22 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
     assert f.numbers["main_thread_states"][state] >= 0.85
     # Typical steps: the thread runs half the time.
     assert any("(typical steps: 50%)" in e for e in f.evidence), f.evidence
+
+
+@pytest.mark.parametrize(("every", "retracing"), [(5, False), (3, True)])
+def test_tracing_stalls_defer_to_function_retracing(tmp_path, every, retracing):
+    """A tf.function traced again every few steps: in a fifth of the steps it is a stall with a
+    remedy; in a third, function_retracing reports it and the stall only shows the pattern."""
+    def retrace(main, comp, t0, i, dur):
+        main.event("tf.function-graph_building", t0 + 9 * MS, 40 * MS)
+        main.event(f"EagerLocalExecute: __inference_train_step_{100 + i}", t0 + 50 * MS,
+                   25 * MS)
+        main.event("EagerKernelExecute", t0 + 70 * MS, 5 * MS)
+    found = by_id(analyze(_uneven(tmp_path, _every(every, 80.0), retrace)))
+    f = found["step_stalls"]
+    assert f.numbers["cause"] == "graph_building" and f.numbers["period_steps"] == every
+    assert ("function_retracing" in found) == retracing
+    if retracing:
+        assert f.severity == "low" and f.speedup == 1.0
+    else:
+        assert f.severity == "high" and "signature" in f.remedy
