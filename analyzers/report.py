@@ -79,6 +79,8 @@ class Report:
                          "cpus": self.ctx.n_cpus},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
                       "median_ms": round(steps.median_step_ns() / 1e6, 3),
+                      "mean_ms": round(steps.mean_step_ns() / 1e6, 3),
+                      **_spread_ms(steps.table["dur_ns"].to_numpy()),
                       "untraced_median_ms": None if untraced is None else round(untraced, 3)},
             "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
             if steps.found else {},
@@ -123,6 +125,14 @@ def analyze(path: Path, run: str | None = None) -> Report:
     return build_report(load_run(path, run))
 
 
+def _spread_ms(dur_ns: np.ndarray) -> dict[str, float | None]:
+    """How uneven the steps are: the 90th percentile and the longest (step_stalls says why)."""
+    if not len(dur_ns):
+        return {"p90_ms": None, "max_ms": None}
+    return {"p90_ms": round(float(np.percentile(dur_ns, 90)) / 1e6, 3),
+            "max_ms": round(float(dur_ns.max()) / 1e6, 3)}
+
+
 def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, default=json_value)
 
@@ -160,7 +170,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
     where = ("in the profiled window" if (report.run.metadata or {}).get("tool")
              == "recadvisor.capture" else "outside the profiler")
     sps = f", {d['samples_per_s']:,.0f} samples/s ({where})" if d["samples_per_s"] else ""
-    out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms{sps}")
+    out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms "
+               f"(p90 {st['p90_ms']:.1f}, max {st['max_ms']:.1f}){sps}")
     out.append(f"step breakdown: {_breakdown_line(d['breakdown'])}")
     out.append("")
     if not report.findings:

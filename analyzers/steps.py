@@ -59,6 +59,8 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
+# From this many steps on, the window's first and last steps are left out of its mean.
+EDGE_FREE_FROM = 5
 _COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
@@ -84,6 +86,15 @@ class Steps:
 
     def median_step_ns(self) -> float:
         return float(self.table["dur_ns"].median()) if self.found else 0.0
+
+    def mean_step_ns(self) -> float:
+        """The mean step, which sets throughput (stalls included, unlike the median), over the
+        window's interior: its first and last steps hold the profiler's start and stop and a
+        new iterator's warm-up (docs/trace-signals.md, "Uneven steps"), left out from 5 steps."""
+        dur = self.table["dur_ns"].to_numpy()
+        if len(dur) >= EDGE_FREE_FROM:
+            dur = dur[1:-1]
+        return float(dur.mean()) if len(dur) else 0.0
 
 
 def _main_thread(events: pd.DataFrame) -> tuple[str | None, tuple[str, object] | None]:

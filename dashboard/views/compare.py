@@ -37,9 +37,11 @@ d = diff_reports(a.report, b.report)
 m1, m2, m3 = st.columns(3)
 m1.metric("speedup", f"{d['speedup']:.2f}x" if d["speedup"] else "—",
           help=f"from {d['speedup_basis']}")
-m2.metric("median step", f"{d['after']['median_step_ms']:.1f} ms",
-          delta=f"{d['after']['median_step_ms'] - d['before']['median_step_ms']:+.1f} ms",
-          delta_color="inverse")
+m2.metric("mean step", f"{d['after']['mean_step_ms']:.1f} ms",
+          delta=f"{d['after']['mean_step_ms'] - d['before']['mean_step_ms']:+.1f} ms",
+          delta_color="inverse",
+          help=(f"median {d['before']['median_step_ms']:.1f} → "
+                f"{d['after']['median_step_ms']:.1f} ms"))
 m3.metric("samples/s", ui.fmt_rate(d["after"]["samples_per_s"]),
           delta=(f"{d['after']['samples_per_s'] - d['before']['samples_per_s']:+,.0f}"
                  if d["after"]["samples_per_s"] and d["before"]["samples_per_s"] else None))

@@ -144,3 +144,20 @@ def test_profiler_slowdown_against_the_untraced_steps(tmp_path, capsys, untraced
         assert warned in said[0] and f"vs {untraced_ms:.1f} ms" in said[0]
         assert main(["analyze", str(tmp_path)]) == 0
         assert "warning: the profiled steps took" in capsys.readouterr().out
+
+
+def test_diff_counts_stalls_the_median_step_hides(tmp_path, capsys):
+    """Removing a stall every 5th step leaves the median step as it was: the speedup comes from
+    the mean step of the windows' interior."""
+    from tests.analyzers.test_detectors import _every, _uneven
+
+    _uneven(tmp_path / "before", _every(5, 100.0))
+    _uneven(tmp_path / "after", [10.0] * 30)
+    assert main(["diff", str(tmp_path / "before"), str(tmp_path / "after"),
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # Steps 1-28: five stalls of 100 ms and 23 steps of 10 ms, against 10 ms.
+    assert d["speedup"] == pytest.approx(730 / 28 / 10, rel=0.01)
+    assert d["before"]["median_step_ms"] == pytest.approx(d["after"]["median_step_ms"], rel=0.01)
+    assert "mean step time" in d["speedup_basis"]
+    assert {"id": "step_stalls", "severity": "high"} in d["resolved"]
