@@ -81,7 +81,10 @@ class Report:
                       "median_ms": round(steps.median_step_ns() / 1e6, 3),
                       "mean_ms": round(steps.mean_step_ns() / 1e6, 3),
                       **_spread_ms(steps.table["dur_ns"].to_numpy()),
-                      "untraced_median_ms": None if untraced is None else round(untraced, 3)},
+                      "untraced_median_ms": None if untraced is None else round(untraced, 3),
+                      "left_out": [{"step": e["step"], "dur_ms": round(e["dur_ns"] / 1e6, 3),
+                                    "x_median": e["x_median"], "warmup": e["warmup"]}
+                                   for e in steps.left_out]},
             "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
             if steps.found else {},
             "samples_per_s": meta.get("samples_per_s"),
@@ -172,6 +175,12 @@ def render_text(report: Report, markdown: bool = False) -> str:
     sps = f", {d['samples_per_s']:,.0f} samples/s ({where})" if d["samples_per_s"] else ""
     out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms "
                f"(p90 {st['p90_ms']:.1f}, max {st['max_ms']:.1f}){sps}")
+    if st["left_out"]:
+        out.append("left out of every share and estimate: " + "; ".join(
+            f"step {e['step']} ({e['dur_ms']:,.1f} ms, {e['x_median']:.1f}x the median: "
+            + ("tracing and compilation in it)" if e["warmup"] else
+               "the window's one-time costs: a new iterator, the profiler's start or stop)")
+            for e in st["left_out"]))
     out.append(f"step breakdown: {_breakdown_line(d['breakdown'])}")
     out.append("")
     if not report.findings:

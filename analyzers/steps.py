@@ -20,7 +20,7 @@ and collectives count only where they are exposed, not where they overlap comput
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -59,8 +59,15 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 IDLE = "python_other"  # step time no event covers: Python code, waits the tracer does not see
 ALL_CATEGORIES = (*CATEGORIES, IDLE)
 
-# From this many steps on, the window's first and last steps are left out of its mean.
+# A window's first or last step this many times the median step holds a one-time cost, not the
+# steady state: the first call's tracing and compilation (17-112x on Keras fits profiled from
+# their start), a new iterator filling its buffers (2.5-8.2x), the profiler's start or stop
+# (2.05-5.8x) (docs/trace-signals.md, "Uneven steps"). Left out from EDGE_FREE_FROM steps on.
+EDGE_OUTLIER = 2.0
 EDGE_FREE_FROM = 5
+# One-time work: graph building, XLA compilation (CPU/GPU compiler passes).
+_WARMUP = re.compile(r"^tf\.function-graph_building$|Compiler::|XlaCompile|BuildXlaComputation|"
+                     r"CompileGraph")
 _COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
@@ -73,6 +80,9 @@ class Steps:
     line: str | None = None  # the thread that drives the steps (markers or calls live there)
     # That thread as (plane, line id): several threads can share a line name (`python`).
     thread: tuple[str, object] | None = None
+    # Window-edge steps left out of the table (_trim_edges): step, start_ns, end_ns, dur_ns,
+    # x_median (their length over the median step), warmup (tracing or compilation in them).
+    left_out: list[dict] = field(default_factory=list)
 
     @property
     def found(self) -> bool:
@@ -88,13 +98,8 @@ class Steps:
         return float(self.table["dur_ns"].median()) if self.found else 0.0
 
     def mean_step_ns(self) -> float:
-        """The mean step, which sets throughput (stalls included, unlike the median), over the
-        window's interior: its first and last steps hold the profiler's start and stop and a
-        new iterator's warm-up (docs/trace-signals.md, "Uneven steps"), left out from 5 steps."""
-        dur = self.table["dur_ns"].to_numpy()
-        if len(dur) >= EDGE_FREE_FROM:
-            dur = dur[1:-1]
-        return float(dur.mean()) if len(dur) else 0.0
+        """The mean step, which sets throughput (stalls included, unlike the median)."""
+        return float(self.table["dur_ns"].mean()) if self.found else 0.0
 
 
 def _main_thread(events: pd.DataFrame) -> tuple[str | None, tuple[str, object] | None]:
@@ -369,6 +374,7 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
     if windows.empty:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
+    windows, left_out = _trim_edges(events, windows)
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
     out = windows.copy()
@@ -379,4 +385,26 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         out[cat] = c - prev
         prev = c
     out[IDLE] = out["dur_ns"] - prev
-    return Steps(out[cols].astype(np.int64), source, line, thread)
+    return Steps(out[cols].astype(np.int64), source, line, thread, left_out)
+
+
+def _trim_edges(events: pd.DataFrame, windows: pd.DataFrame
+                ) -> tuple[pd.DataFrame, list[dict]]:
+    """The windows without a first or last step of EDGE_OUTLIER times the median step or more,
+    and those steps: every share, median and estimate describes the steady state."""
+    if len(windows) < EDGE_FREE_FROM:
+        return windows, []
+    start = windows["start_ns"].to_numpy(np.int64)
+    end = windows["end_ns"].to_numpy(np.int64)
+    dur = end - start
+    median = float(np.median(dur))
+    edges = [i for i in (0, len(windows) - 1) if dur[i] >= EDGE_OUTLIER * median]
+    if not edges:
+        return windows, []
+    warm = cat_mask(events["name"], _WARMUP.search)
+    at = events["start_ns"].to_numpy(np.int64)[warm]
+    left_out = [{"step": int(windows["step"].iloc[i]), "start_ns": int(start[i]),
+                 "end_ns": int(end[i]), "dur_ns": int(dur[i]),
+                 "x_median": round(float(dur[i]) / median, 2),
+                 "warmup": bool(((at >= start[i]) & (at < end[i])).any())} for i in edges]
+    return windows.drop(index=windows.index[edges]).reset_index(drop=True), left_out

@@ -40,7 +40,10 @@ COPY_MIN_NS = 500_000  # a plain read is a reference count: microseconds
 _OPTIMIZER = re.compile(
     r"(?:^|/)(?:adam|adamw|adamax|nadam|adagrad|adadelta|adafactor|rmsprop|ftrl|lion|lamb|sgd|"
     r"momentum|gradientdescent)(?:_\d+)?/", re.IGNORECASE)
-_LOOKUP = re.compile(r":(?:ResourceGather|GatherV2)$")
+# Forward lookups only: a gather under the gradient tape is the backward pass of some other op
+# (Keras 3's binary cross-entropy has one, `gradient_tape/compile_loss/.../GatherV2`, in models
+# without a table).
+_LOOKUP = re.compile(r"^(?!(?:.*/)?(?:gradient_tape|gradients)/).*:(?:ResourceGather|GatherV2)$")
 _DENSIFY = re.compile(r":UnsortedSegmentSum$")
 _READ = re.compile(r":ReadVariableOp$")
 # Ops of a row-sparse update: what stays when the tables are updated by rows.

@@ -6,9 +6,9 @@ step, which sets the run's length, then sits well above the typical step every o
 starts from, and xprof shows the spikes in its step-time graph without a cause.
 
 Signals (docs/trace-signals.md, "Uneven steps"): the per-step breakdown. A step stalls when it
-lasts STALL_RATIO times the median step. The window's first and last steps are not judged: the
-profiler's start and stop and a fit call's new iterator land there (first steps of 2.3-8.2x in
-TF 2.21 Keras jobs with nothing periodic in them). What the stall is, in this order:
+lasts STALL_RATIO times the median step. The window's first and last steps at that length are
+already left out of the steps (steps.EDGE_OUTLIER: the profiler's start and stop, a new
+iterator's warm-up and the first call's compilation land there). What the stall is, in order:
 1. events whose names say what they are (checkpoint, summary, graph-building, evaluation ops)
    grew in the stalled steps against as many typical steps;
 2. the breakdown's input wait grew (the pipeline ran dry: with the files readers opened then),
@@ -120,10 +120,8 @@ def detect(ctx: Context) -> Finding | None:
     median = float(np.median(dur))
     if median <= 0:
         return None
-    interior = np.zeros(n, dtype=bool)
-    interior[1:-1] = True
-    stalled = interior & (dur >= STALL_RATIO * median)
-    typical = interior & ~stalled
+    stalled = dur >= STALL_RATIO * median
+    typical = ~stalled
     if not stalled.any() or not typical.any():
         return None
     k = int(stalled.sum())
@@ -154,11 +152,6 @@ def detect(ctx: Context) -> Finding | None:
             if ms >= 0.1 * excess),
         _cause_line(ctx, cause, named, stalled, typical, states),
     ]
-    edges = [f"{'first' if i == 0 else 'last'} step ({dur[i] / median:.1f}x)"
-             for i in (0, n - 1) if dur[i] >= STALL_RATIO * median]
-    if edges:
-        evidence.append(f"not counted: the window's {' and '.join(edges)}, where the profiler's "
-                        "start and stop and a new iterator's warm-up land")
     meta = (ctx.run.metadata or {}).get("step_time_ms") or {}
     if meta.get("mean") and meta.get("p50"):
         evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "

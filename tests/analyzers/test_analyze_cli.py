@@ -156,8 +156,9 @@ def test_diff_counts_stalls_the_median_step_hides(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "before"), str(tmp_path / "after"),
                  "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    # Steps 1-28: five stalls of 100 ms and 23 steps of 10 ms, against 10 ms.
-    assert d["speedup"] == pytest.approx(730 / 28 / 10, rel=0.01)
+    # Steps 0-28 (the last, 10x the median, is left out): five stalls of 100 ms and 24 steps
+    # of 10 ms, against 10 ms.
+    assert d["speedup"] == pytest.approx(740 / 29 / 10, rel=0.01)
     assert d["before"]["median_step_ms"] == pytest.approx(d["after"]["median_step_ms"], rel=0.01)
     assert "mean step time" in d["speedup_basis"]
     assert {"id": "step_stalls", "severity": "high"} in d["resolved"]

@@ -807,6 +807,19 @@ def test_optimizer_share_alone(tmp_path, op, optimizer_ms, found):
         assert f["dense_embedding_update"].step_fraction == pytest.approx(0.28, abs=0.01)
 
 
+def test_a_gather_in_the_backward_pass_is_not_a_table(tmp_path):
+    """A Keras 3 MLP without tables at a small batch: Adam's elementwise passes take 30% of the
+    step, and its only gather is the loss's, under the gradient tape (a 64-512-512-1 MLP at
+    batch 256 showed both once its warm-up step was left out)."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_Compute/12", line_id=12)
+        line.event("StatefulPartitionedCall/gradient_tape/compile_loss/binary_crossentropy/"
+                   "GatherV2:GatherV2", t0 + MS, MS // 10)
+        line.event("StatefulPartitionedCall/adam/Sqrt_5:Sqrt", t0 + 2 * MS, 30 * MS)
+    assert "dense_embedding_update" not in by_id(
+        analyze(host_trace(tmp_path, compute_ms=20, per_step=add)[1]))
+
+
 def test_scattered_table_read_whole_every_step(tmp_path):
     report = analyze(host_trace(tmp_path, compute_ms=20,
                                 per_step=_embedding_step("scatter", read_ms=15))[1])

@@ -948,3 +948,29 @@ def test_a_tuning_output_folder_is_not_a_run_its_profiles_are(tmp_path):
     alone.mkdir()
     (alone / "trace.json").write_text("{}")
     assert find_runs(alone) == [alone]
+
+
+def test_window_edges_of_one_time_costs_are_left_out(tmp_path):
+    """A first step holding the first call's tracing (40x the median) and a last step of 3x
+    leave the table; steps within 2x of the median stay, and so does everything below 5 steps."""
+    b, main, compute = _main_and_compute()
+    durations = [400, 10, 12, 9, 11, 10, 30]
+    t0 = 0
+    for i, d in enumerate(durations):
+        main.event("train", t0 * MS, d * MS - 1000, step_num=i, _r=1)
+        compute.event("dense/MatMul:MatMul", t0 * MS + MS, 5 * MS)
+        t0 += d
+    main.event("tf.function-graph_building", MS, 300 * MS)
+    b.write(tmp_path)
+    steps = step_breakdown(load_run(tmp_path).events)
+    assert steps.table["step"].tolist() == [1, 2, 3, 4, 5]
+    assert [(e["step"], e["x_median"], e["warmup"]) for e in steps.left_out] == [
+        (0, 36.36, True), (6, 2.73, False)]
+    # The shares describe the kept steps only: 25 ms of MatMul in 52 ms.
+    assert steps.fractions()["host_compute"] == pytest.approx(25 / 52, rel=0.01)
+    assert steps.mean_step_ns() == pytest.approx(10.4 * MS, rel=0.001)
+    b2, main2, compute2 = _main_and_compute()
+    for i, d in enumerate([400, 10, 10, 10]):
+        main2.event("train", i * 400 * MS, d * MS, step_num=i, _r=1)
+    b2.write(tmp_path / "short")
+    assert step_breakdown(load_run(tmp_path / "short").events).left_out == []
