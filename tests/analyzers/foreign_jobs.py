@@ -48,6 +48,8 @@ MODE:
 - `keras_checkpoint`: Keras fit of a 64-2048-2048-1 MLP on batches of 64 with a
   `ModelCheckpoint` saving the weights (`.weights.h5`, 17 MB, through h5py) every 5 batches.
   Prints `untraced_step_ms=` without the callback and `untraced_step_ms_checkpoint=` with it.
+- `keras_xla_from_start`: Keras fit of a 64-512-512-1 MLP with `jit_compile=True`, profiled
+  from before its first step (its tracing and XLA compilation inside the window).
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -389,6 +391,16 @@ elif mode in ("numpy_feed", "dataset_feed"):
         def step():
             train(*next(ds))
     profile_loop(step, steps=20)
+elif mode == "keras_xla_from_start":
+    x = rng.normal(size=(256 * 64, 64)).astype("float32")
+    y = (x[:, :1] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256).cache().repeat().prefetch(2)
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(512, "relu"),
+                                 tf.keras.layers.Dense(512, "relu"), tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=True)
+    tf.profiler.experimental.start(logdir)
+    model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
+    tf.profiler.experimental.stop()
 elif mode == "keras_checkpoint":
     x = rng.normal(size=(64 * 64, 64)).astype("float32")
     y = (x[:, :1] > 0).astype("float32")

@@ -224,6 +224,17 @@ def test_captured_stalls_say_what_the_main_thread_did(tmp_path, mode, label):
     assert f.severity == "high" and label in f.title and f.numbers["period_steps"] == 5, f
 
 
+def test_a_window_from_the_jobs_start_describes_its_steady_state(foreign):
+    """Profiled from before its first step, an XLA-compiled Keras fit spends ~1 s compiling in
+    step 0 (~100x its 10 ms steps): left out, with the compilation named, not read as the
+    step's shares."""
+    report = analyze(foreign("keras_xla_from_start"))
+    (first,) = [e for e in report.ctx.steps.left_out if e["step"] == 0]
+    assert first["warmup"] and first["x_median"] > 10
+    assert "kernel_launch_overhead" not in {f.id for f in report.findings
+                                            if f.severity in ("medium", "high")}
+
+
 def test_numpy_batches_passed_to_a_tf_function_are_conversions(foreign):
     """float64 NumPy slices passed to the compiled step are converted on the Python thread every
     call (28-32% of the traced step; the float32 tf.data twin ran 1.6-1.7x faster); batches from
