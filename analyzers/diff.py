@@ -1,10 +1,10 @@
 """Compare two reports: step breakdowns side by side, findings resolved and new, speedup.
 
 Speedup prefers the runs' own throughput (samples/s measured outside the profiler, from the run
-metadata); without it, the ratio of mean step times in the traces (the windows' first and last
-steps left out), which the profiler inflates for small steps (said in the output). The mean, not
-the median: a fix that removes a stall every few steps (a checkpoint, a garbage collection)
-leaves the median step as it was.
+metadata); without it, the ratio of mean step times in the traces (one-time first or last steps
+are already out of the steps: steps.EDGE_OUTLIER), which the profiler inflates for small steps
+(said in the output). The mean, not the median: a fix that removes a stall every few steps (a
+checkpoint, a garbage collection) leaves the median step as it was.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
     else:
         mean_a, mean_b = da["steps"]["mean_ms"], db["steps"]["mean_ms"]
         speedup = mean_a / mean_b if mean_a and mean_b else None
-        basis = "mean step time in the traces (the windows' first and last steps left out)"
+        basis = "mean step time in the traces"
     ma, mb = da["steps"]["median_ms"], db["steps"]["median_ms"]
     dev_a, dev_b = da["hardware"]["devices"], db["hardware"]["devices"]
     scaling = (round(speedup / (dev_b / dev_a), 3)

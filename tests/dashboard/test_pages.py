@@ -330,3 +330,20 @@ def test_tuning_guidance_rounds_link_to_their_profiles(monkeypatch, dash_root, t
     at.switch_page("views/diagnosis.py").run()
     _no_exceptions(at)
     assert "The input pipeline holds up training" in _text(at)
+
+
+def test_diagnosis_names_the_steps_it_left_out(monkeypatch, tmp_path):
+    """A first step holding the job's compilation is out of the shares, and the page says so."""
+    from tests.analyzers.xspace_builder import XSpaceBuilder
+
+    b = XSpaceBuilder()
+    main = b.plane("/host:CPU").line("python3", line_id=1)
+    for i, dur in enumerate([400] + [10] * 9):
+        t0 = (0 if i == 0 else 390 + 10 * i) * 1_000_000
+        main.event("train", t0, dur * 1_000_000 - 1000, step_num=i, _r=1)
+    main.event("tf.function-graph_building", 1_000_000, 300 * 1_000_000)
+    run = b.write(tmp_path / "logdir")
+    at = _app(monkeypatch, tmp_path, "diagnosis", run=str(run.relative_to(tmp_path)))
+    _no_exceptions(at)
+    assert "Left out of every share and estimate: step 0 (400.0 ms" in _text(at)
+    assert "tracing and compilation ran in it" in _text(at)
