@@ -4,7 +4,8 @@ Speedup prefers the runs' own throughput (samples/s measured outside the profile
 metadata); without it, the ratio of mean step times in the traces (one-time first or last steps
 are already out of the steps: steps.EDGE_OUTLIER), which the profiler inflates for small steps
 (said in the output). The mean, not the median: a fix that removes a stall every few steps (a
-checkpoint, a garbage collection) leaves the median step as it was.
+checkpoint, a garbage collection) leaves the median step as it was. Windows under 5 steps keep
+their edges, so two of them compare as they are.
 """
 
 from __future__ import annotations

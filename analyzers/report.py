@@ -179,7 +179,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
         out.append("left out of every share and estimate: " + "; ".join(
             f"step {e['step']} ({e['dur_ms']:,.1f} ms, {e['x_median']:.1f}x the median: "
             + ("tracing and compilation in it)" if e["warmup"] else
-               "the window's one-time costs: a new iterator, the profiler's start or stop)")
+               "a one-time cost at the window's edge, such as a new iterator or the profiler's "
+               "start or stop, or a stall that fell there)")
             for e in st["left_out"]))
     out.append(f"step breakdown: {_breakdown_line(d['breakdown'])}")
     out.append("")

@@ -111,6 +111,12 @@ def _main_thread(events: pd.DataFrame) -> tuple[str | None, tuple[str, object] |
     return str(line), (str(plane), line_id)
 
 
+def marker_family(name: str) -> str:
+    """A step marker's name with its step counter folded: PyTorch's ProfilerStep#3 ->
+    ProfilerStep#N; xprof's JSON export of TF's `train` marker, `train 3` -> `train`."""
+    return _COUNTER.sub(lambda m: "#N" if m.group(1) == "#" else "", name)
+
+
 def find_step_windows(events: pd.DataFrame
                       ) -> tuple[pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]]:
     """Return (DataFrame[step, start_ns, end_ns], source, (step-driving line name, its
@@ -128,9 +134,7 @@ def find_step_windows(events: pd.DataFrame
         # One marker family per name, with a step counter in the name folded: PyTorch's
         # ProfilerStep#3 -> ProfilerStep#N; xprof's JSON export of TF's `train` marker, `train 3`
         # -> `train`, as its xplane names it (docs/trace-signals.md, "Chrome trace JSON").
-        family = cat_map(marked["name"],
-                         lambda n: _COUNTER.sub(lambda m: "#N" if m.group(1) == "#" else "", n))
-        marked = marked.assign(family=family)
+        marked = marked.assign(family=cat_map(marked["name"], marker_family))
         per_name = marked.groupby("family").agg(
             steps=("step_num", "nunique"), total=("dur_ns", "sum")
         )
@@ -397,7 +401,8 @@ def _trim_edges(events: pd.DataFrame, windows: pd.DataFrame
     start = windows["start_ns"].to_numpy(np.int64)
     end = windows["end_ns"].to_numpy(np.int64)
     dur = end - start
-    median = float(np.median(dur))
+    # Against the interior's median: what the edges are judged by must not include them.
+    median = float(np.median(dur[1:-1]))
     edges = [i for i in (0, len(windows) - 1) if dur[i] >= EDGE_OUTLIER * median]
     if not edges:
         return windows, []

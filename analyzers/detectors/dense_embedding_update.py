@@ -43,7 +43,8 @@ _OPTIMIZER = re.compile(
 # Forward lookups only: a gather under the gradient tape is the backward pass of some other op
 # (Keras 3's binary cross-entropy has one, `gradient_tape/compile_loss/.../GatherV2`, in models
 # without a table).
-_LOOKUP = re.compile(r"^(?!(?:.*/)?(?:gradient_tape|gradients)/).*:(?:ResourceGather|GatherV2)$")
+_LOOKUP = re.compile(
+    r"^(?!(?:.*/)?(?:gradient_tape|gradients(?:_\d+)?)/).*:(?:ResourceGather|GatherV2)$")
 _DENSIFY = re.compile(r":UnsortedSegmentSum$")
 _READ = re.compile(r":ReadVariableOp$")
 # Ops of a row-sparse update: what stays when the tables are updated by rows.

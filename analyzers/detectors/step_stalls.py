@@ -19,9 +19,11 @@ iterator's warm-up and the first call's compilation land there). What the stall 
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x.
 
-What-if: every stalled step as long as the median step. With a period (the stalls every k steps),
-per period: excess / (k x median + excess), which does not depend on where the window cuts the
-cycle; otherwise the window's share: excess / window.
+What-if: every stalled step as long as the median step. When the stalls come every p steps
+through the whole window (at least 3 of them, p >= 2, at most one missing at either end), per
+cycle:
+e / (p x median + e), e the mean excess of a stall, which does not depend on where the window
+cuts the cycle; otherwise the window's share: all the excess / the window's step time.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
-from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns
+from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns, marker_family
 
 ID = "step_stalls"
 # A step this many times the median is a stall: steady windows keep their interior steps within
@@ -46,6 +48,7 @@ STALL_RATIO = 2.0
 # Stalls worth less than this share of the step time are noise on a shared machine.
 MIN_EXCESS_SHARE = 0.03
 MIN_STEPS = 5
+MAX_RANGES = 20  # stalled steps' time ranges listed in the evidence
 # Events whose names say what periodic work they are, checked in this order.
 _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("checkpoint", re.compile(r"(?i)(SaveV2|RestoreV2|MergeV2Checkpoints|SaveSlices|"
@@ -127,7 +130,7 @@ def detect(ctx: Context) -> Finding | None:
     k = int(stalled.sum())
     excess = float((dur[stalled] - median).sum())
     step_numbers = t["step"].to_numpy()[stalled].tolist()
-    period = _period(step_numbers)
+    period = _period(np.flatnonzero(stalled), n)
     # Per cycle when periodic: where the window cuts the cycle does not matter then.
     saved = (excess / k) / (period * median + excess / k) if period else excess / float(dur.sum())
     if saved < MIN_EXCESS_SHARE:
@@ -148,8 +151,8 @@ def detect(ctx: Context) -> Finding | None:
         + (f": every {period} steps, so {saved:.0%} of the time of each {period}-step cycle"
            if period else ""),
         "in those steps, beyond as many typical steps: " + ", ".join(
-            f"{c} +{ms / 1e6:.1f} ms" for c, ms in sorted(grew.items(), key=lambda x: -x[1])
-            if ms >= 0.1 * excess),
+            f"{c} +{ms / 1e6:.1f} ms" for i, (c, ms) in enumerate(
+                sorted(grew.items(), key=lambda x: -x[1])) if i == 0 or ms >= 0.1 * excess),
         _cause_line(ctx, cause, named, stalled, typical, states),
     ]
     meta = (ctx.run.metadata or {}).get("step_time_ms") or {}
@@ -164,7 +167,7 @@ def detect(ctx: Context) -> Finding | None:
         id=ID,
         title=f"{k} of {n} steps stall, up to {ratios.max():.1f}x the median step "
               f"({_IDLE_LABELS[states[0]] if states else _LABELS.get(cause or '', _NO_CAUSE)})",
-        step_fraction=saved,
+        step_fraction=0.0 if owner else saved,
         speedup=1.0 if owner else speedup_from_saving(saved),
         evidence=evidence,
         remedy=(_UNEXPLAINED if cause is None else
@@ -181,8 +184,8 @@ def detect(ctx: Context) -> Finding | None:
                  "growth_ms": {c: round(ms / 1e6, 3) for c, ms in grew.items() if ms > 0}},
         top_events=behind.get(cause or "", [] if cause == IDLE else top),
         time_ranges_ms=[(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(
-            t["start_ns"].to_numpy()[stalled].tolist(), t["end_ns"].to_numpy()[stalled].tolist(),
-            strict=True)],
+            t["start_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES],
+            t["end_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES], strict=True)],
     )
 
 
@@ -274,9 +277,9 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     grew = in_stalled - in_typical * scale
     names = [str(c) for c in name.cat.categories]
     # The step markers (or step-function calls) enclose whole steps: they grow with any stall.
-    marker = ctx.steps.source.split(":", 1)[1] if ":" in ctx.steps.source else None
-    if marker in names:
-        grew[names.index(marker)] = 0.0
+    if ctx.steps.source.startswith(("markers:", "function:", "iterator:")):
+        marker = ctx.steps.source.split(":", 1)[1]
+        grew[np.array([marker_family(x) == marker or x == marker for x in names], bool)] = 0.0
     wrapper = np.zeros(m, dtype=bool)
     wrapper[np.unique(codes[(ev["kind"] == "framework").to_numpy()])] = True
     starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
@@ -308,13 +311,19 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     return top_of(np.ones(m, dtype=bool)), named, behind
 
 
-def _period(steps: list[int]) -> int | None:
-    """The constant gap between stalled steps, when there are at least three of them (two
-    stalls are as likely a coincidence as a cycle)."""
-    if len(steps) < 3:
+def _period(rows: np.ndarray, n: int) -> int | None:
+    """The constant gap, in steps of the table (Keras numbers its markers by
+    steps_per_execution), between at least three stalled rows that repeat through the whole
+    window: a burst, or stalls that stop, is not a cycle to extrapolate (two stalls are as
+    likely a coincidence)."""
+    if len(rows) < 3:
         return None
-    gaps = set(np.diff(steps).tolist())
-    return int(gaps.pop()) if len(gaps) == 1 else None
+    gaps = set(np.diff(rows).tolist())
+    if len(gaps) != 1:
+        return None
+    p = int(gaps.pop())
+    # A cycle's stall may sit just past either end (or have been left out there as an edge).
+    return p if p >= 2 and rows[0] <= p and n - 1 - rows[-1] <= p else None
 
 
 def _list(items: Iterable[str]) -> str:

@@ -223,7 +223,10 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     """The states of the process's main thread (tid == pid, the thread Python starts, which runs
     the training loop in Keras fit and in most custom loops) over the sampler sweeps inside the
     steps flagged in `steps` (a mask over the step table): share per state, and the sample count.
-    None without sampler data of one process, or without a sample in those steps."""
+    None without sampler data of one process, or without a sample in those steps. Not the
+    thread_roles match: the main thread's line is "busy" through every step marker, so phi
+    matching labels it poorly (`input` on the default preset, `unknown` on a loop sleeping every
+    5th step), while tid == pid is certain."""
     th, t = ctx.run.threads, ctx.steps.table
     if th is None or th.empty or "pid" not in th or th["pid"].nunique() > 1 or t.empty:
         return None

@@ -43,7 +43,7 @@ for e in steps.get("left_out", []):  # reports cached before the key existed lac
     st.caption(f"Left out of every share and estimate: step {e['step']} "
                f"({e['dur_ms']:,.1f} ms, {e['x_median']:.1f}x the median"
                + ("; tracing and compilation ran in it" if e["warmup"] else "")
-               + "), a one-time cost at the window's edge.")
+               + "): a one-time cost at the window's edge, or a stall that fell there.")
 if not steps["found"]:
     st.error("No steps found: the trace has no step markers (step_num) and no repeated train "
              "function calls, so nothing can be said per step.")
