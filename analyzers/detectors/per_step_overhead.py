@@ -87,10 +87,10 @@ def detect(ctx: Context) -> Finding | None:
         step_fraction=overhead,
         speedup=speedup_from_saving(saved),
         evidence=[
-            f"the compiled step runs {run_share:.0%} of step time; {overhead:.0%} of it "
-            f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step) "
-            "is the Python loop, callbacks and function dispatch around each call (input waits, "
-            "conversions and copies left out: other findings cover them)",
+            f"the compiled step runs {run_share:.0%} of step time; the Python loop, callbacks "
+            f"and function dispatch around each call take {overhead:.0%} "
+            f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step; "
+            "input waits, conversions and copies left out: other findings cover them)",
             f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
             f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
         ],

@@ -6,7 +6,8 @@ process's own name, while the pthreads named `tf_Compute` sit idle. Trace line i
 either. So each OS thread is matched to the trace line whose busy time agrees best with the
 samples where the thread was running (phi correlation over sample instants), and takes that
 line's role: `tf_data*` lines are `input`, the step-driving line `main`, other host lines `compute`.
-Threads that match nothing fall back to their name (tid == pid is `main`).
+The thread with tid == pid is `main` outright (phi matched it to tf.data lines on the default
+preset); threads that match nothing fall back to their name.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
     running_all = (th["state"].astype(str) == "R").to_numpy()
     roles: dict[int, str] = {}
     for tid, rows in th.groupby("tid").indices.items():
+        first = th.iloc[rows[0]]
+        pid = int(first["pid"]) if "pid" in th else -1
+        if int(tid) == pid:
+            # The thread Python starts runs the training loop (Keras fit, custom loops): known for
+            # sure, where phi matching is not (its line is busy through every step marker, and
+            # the default preset's main thread matched the tf.data lines best).
+            roles[int(tid)] = "main"
+            continue
         running = running_all[rows]
         # Best agreement per role; every thread follows the step's rhythm a little, so a role
         # is given only when it beats every other role by MIN_MARGIN.
@@ -69,8 +78,6 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
                 role = _line_role(line, ctx.main_line)
                 best[role] = max(best.get(role, -1.0), _phi(running, on[rows]))
         ranked = sorted(best.items(), key=lambda kv: -kv[1])
-        first = th.iloc[rows[0]]
-        pid = int(first["pid"]) if "pid" in th else -1
         if ranked and ranked[0][1] >= MIN_AGREEMENT and (
                 len(ranked) == 1 or ranked[0][1] - ranked[1][1] >= MIN_MARGIN):
             roles[int(tid)] = ranked[0][0]
@@ -224,9 +231,9 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     the training loop in Keras fit and in most custom loops) over the sampler sweeps inside the
     steps flagged in `steps` (a mask over the step table): share per state, and the sample count.
     None without sampler data of one process, or without a sample in those steps. Not the
-    thread_roles match: the main thread's line is "busy" through every step marker, so phi
-    matching labels it poorly (`input` on the default preset, `unknown` on a loop sleeping every
-    5th step), while tid == pid is certain."""
+    thread_roles match by phi, which labelled that thread poorly (`input` on the default
+    preset, `unknown` on a loop sleeping every 5th step) before it took tid == pid as the main
+    thread outright."""
     th, t = ctx.run.threads, ctx.steps.table
     if th is None or th.empty or "pid" not in th or th["pid"].nunique() > 1 or t.empty:
         return None

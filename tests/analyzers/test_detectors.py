@@ -966,6 +966,14 @@ def test_os_threads_are_matched_to_trace_lines_by_activity(tmp_path):
         assert on.any() and (on == shuffled_busy[line]).all(), line
     assert thread_roles(shuffled, shuffled.run.threads) == roles
 
+    # The process's first thread (tid == pid) is the main one, whatever it runs along with.
+    threads = pd.read_parquet(run / "host.threads.parquet")
+    threads.loc[threads["tid"] == 1001, "tid"] = 100  # pid: write_sampler's
+    threads.to_parquet(run / "host.threads.parquet")
+    ctx = Context.build(load_run(run))
+    assert thread_roles(ctx, ctx.run.threads) == {100: "main", 1002: "compute"}
+    assert summarize(ctx).input_cpu_share == 0.0
+
 
 def test_scaling_efficiency_from_runs_at_several_device_counts(tmp_path):
     import json
