@@ -200,6 +200,8 @@ CPU_BOUND_OP_SHARE = 0.5
 # input early: TF 2.21 traces show mean 1.7-2.8, max 3; cycle_length 4 shows mean 5.0-7.8, max 8-12
 # over 17-36 step windows (6-step windows read lower: cycle_length 4 gave 2.4-4.8, max 4-7)
 # (docs/trace-signals.md, "tf.data").
+# cycle_length 2 sits between: mean 2.0, max 3 or 4 from run to run (the foreign TFRecord jobs),
+# so it is called sequential in some windows.
 MIN_READER_CONCURRENCY = 3.5
 MAX_OPEN_SEQUENTIAL = 3
 # Python functions are a cause when they take this share of the input wait.

@@ -256,7 +256,11 @@ def test_tfrecord_files_of_one_example_per_record(foreign):
     for found, causes in ((gz, {"per_example_records", "decompression"}),
                           (plain, {"per_example_records"})):
         f = found["input_preprocessing"]
-        assert f.severity in ("medium", "high") and set(f.numbers["causes"]) == causes, f.evidence
+        # cycle_length=2 reads 2.0 open inputs on average and at most 3 or 4 in a 29-step
+        # window, between the signatures of cycle_length 1 and 4: `low_parallelism` may join.
+        extra = set(f.numbers["causes"]) - causes
+        assert f.severity in ("medium", "high") and causes <= set(f.numbers["causes"]), f.evidence
+        assert extra <= {"low_parallelism"}, f.evidence
         assert "prebatched" in f.remedy
     # The tutorial pipeline (one reader, each example parsed as it comes): those causes instead.
     naive = {f.id: f for f in analyze(foreign("records_naive")).findings}
