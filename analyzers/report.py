@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.detectors import detectors
+from analyzers.detectors import detectors, run_detector
 from analyzers.findings import SEVERITIES, Finding, Skipped
 from analyzers.ingest.logdir import RunData, load_run
 
@@ -113,7 +113,7 @@ def build_report(run: RunData) -> Report:
     if not ctx.steps.found:
         return report
     for module in detectors():
-        result = module.detect(ctx)
+        result = run_detector(module, ctx)
         if isinstance(result, Skipped):
             report.skipped.append(result)
         elif isinstance(result, Finding):

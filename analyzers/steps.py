@@ -97,6 +97,14 @@ class Steps:
     def median_step_ns(self) -> float:
         return float(self.table["dur_ns"].median()) if self.found else 0.0
 
+    def row_at(self, t: np.ndarray) -> np.ndarray:
+        """Per instant (ns), the table row of the step holding it; -1 outside every step."""
+        start = self.table["start_ns"].to_numpy(np.int64)
+        end = self.table["end_ns"].to_numpy(np.int64)
+        i = np.searchsorted(start, t, side="right") - 1
+        return np.where((i >= 0) & (t < end[np.maximum(i, 0)]), i, -1) if len(start) else (
+            np.full(len(t), -1))
+
     def mean_step_ns(self) -> float:
         """The mean step, which sets throughput (stalls included, unlike the median)."""
         return float(self.table["dur_ns"].mean()) if self.found else 0.0

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from importlib import import_module
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analyzers.context import Context
+    from analyzers.findings import Finding, Skipped
 
 DETECTOR_IDS = (
     "io_stall",
@@ -25,3 +30,9 @@ DETECTOR_IDS = (
 
 def detectors() -> list[ModuleType]:
     return [import_module(f"analyzers.detectors.{i}") for i in DETECTOR_IDS]
+
+
+def run_detector(module: ModuleType, ctx: Context) -> Finding | Skipped | None:
+    """`module.detect(ctx)`, once per run: the report asks every detector, and a detector that
+    leaves time another one estimates (step_stalls) asks that one too."""
+    return ctx.memo(f"detector:{module.ID}", lambda: module.detect(ctx))

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.detectors import function_retracing, input_preprocessing, io_stall
+from analyzers.detectors import function_retracing, input_preprocessing, io_stall, run_detector
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
@@ -193,7 +193,7 @@ def _owner(ctx: Context, cause: str | None) -> str | None:
     """The detector whose finding already counts this stall's time, if one reports it: the
     input detectors an input wait, function_retracing the tracing."""
     for module in _OWNERS.get(cause or "", ()):
-        if isinstance(module.detect(ctx), Finding):
+        if isinstance(run_detector(module, ctx), Finding):
             return module.ID
     return None
 
@@ -244,11 +244,10 @@ def _cause_line(ctx: Context, cause: str | None, named: dict[str, float], stalle
         opens = file_open_starts(ctx)
         if not len(opens):
             return "the training thread waited for its next batch"
-        t = ctx.steps.table
-        step = np.searchsorted(t["start_ns"].to_numpy(np.int64), opens, side="right") - 1
-        step = step[(step >= 0) & (opens < t["end_ns"].to_numpy(np.int64)[np.maximum(step, 0)])]
-        per_stalled = stalled[step].sum() / stalled.sum()
-        per_typical = typical[step].sum() / typical.sum()
+        row = ctx.steps.row_at(opens)
+        row = row[row >= 0]
+        per_stalled = stalled[row].sum() / stalled.sum()
+        per_typical = typical[row].sum() / typical.sum()
         return (f"the training thread waited for its next batch; readers opened "
                 f"{per_stalled:.2g} file(s) per stalled step, {per_typical:.2g} per typical step")
     what = "work that typical steps do not have" if cause == "extra_work" else (

@@ -238,10 +238,8 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     if th is None or th.empty or "pid" not in th or th["pid"].nunique() > 1 or t.empty:
         return None
     main = th[(th["tid"] == th["pid"]).to_numpy()]
-    at = main["t_ns"].to_numpy(np.int64)
-    step = np.searchsorted(t["start_ns"].to_numpy(np.int64), at, side="right") - 1
-    inside_step = (step >= 0) & (at < t["end_ns"].to_numpy(np.int64)[np.maximum(step, 0)])
-    keep = inside_step & steps[np.maximum(step, 0)]
+    row = ctx.steps.row_at(main["t_ns"].to_numpy(np.int64))
+    keep = (row >= 0) & steps[np.maximum(row, 0)]
     if not keep.any():
         return None
     states = main["state"].astype(str).to_numpy()[keep]

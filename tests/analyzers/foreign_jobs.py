@@ -85,6 +85,19 @@ def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False, steps_per_executio
     tf.profiler.experimental.stop()
 
 
+def dense_mlp(batch: int, hidden: int, jit_compile: bool | str = "auto"
+              ) -> tuple[tf.data.Dataset, tf.keras.Model]:
+    """A 64-hidden-hidden-1 Keras MLP compiled with Adam, and 64 cached batches of random rows."""
+    x = rng.normal(size=(batch * 64, 64)).astype("float32")
+    y = (x[:, :1] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).cache().repeat().prefetch(2)
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(hidden, "relu"),
+                                 tf.keras.layers.Dense(hidden, "relu"), tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True),
+                  jit_compile=jit_compile)
+    return ds, model
+
+
 def features(x: np.ndarray) -> np.ndarray:
     for _ in range(20):  # per-example Python feature engineering
         x = np.tanh(x) + 0.01
@@ -392,22 +405,12 @@ elif mode in ("numpy_feed", "dataset_feed"):
             train(*next(ds))
     profile_loop(step, steps=20)
 elif mode == "keras_xla_from_start":
-    x = rng.normal(size=(256 * 64, 64)).astype("float32")
-    y = (x[:, :1] > 0).astype("float32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(256).cache().repeat().prefetch(2)
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(512, "relu"),
-                                 tf.keras.layers.Dense(512, "relu"), tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=True)
+    ds, model = dense_mlp(batch=256, hidden=512, jit_compile=True)
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
 elif mode == "keras_checkpoint":
-    x = rng.normal(size=(64 * 64, 64)).astype("float32")
-    y = (x[:, :1] > 0).astype("float32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).cache().repeat().prefetch(2)
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(2048, "relu"),
-                                 tf.keras.layers.Dense(2048, "relu"), tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    ds, model = dense_mlp(batch=64, hidden=2048)
     folder = tempfile.mkdtemp()
     saves = [tf.keras.callbacks.ModelCheckpoint(os.path.join(folder, "m.weights.h5"),
                                                 save_weights_only=True, save_freq=5)]

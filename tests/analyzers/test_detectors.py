@@ -1211,3 +1211,20 @@ def test_stalls_that_do_not_repeat_through_the_window_take_its_share(tmp_path, d
     excess = sum(d - 10 for d in durations if d >= 20)
     assert f.numbers["period_steps"] is None
     assert f.step_fraction == pytest.approx(excess / sum(durations), rel=0.02)
+
+
+def test_a_detector_another_one_defers_to_runs_once(tmp_path, monkeypatch):
+    """step_stalls asks io_stall whether it owns an input wait: the report's own result."""
+    from analyzers.detectors import io_stall
+
+    calls = []
+    detect = io_stall.detect
+    monkeypatch.setattr(io_stall, "detect", lambda ctx: calls.append(1) or detect(ctx))
+
+    def next_file(main, comp, t0, i, dur):
+        main.event("IteratorGetNextOp::DoCompute", t0 + 9 * MS, 70 * MS)
+        main.event(PIPE.split("::BatchV2")[0], t0 + 9 * MS, 70 * MS)
+        comp.event(f"{PIPE}[{i}]::FlatMap::TFRecord", t0 + 9 * MS, 69 * MS)
+    found = by_id(analyze(_uneven(tmp_path, _every(5, 80.0), next_file)))
+    assert found["step_stalls"].speedup == 1.0 and "io_stall" in found
+    assert len(calls) == 1
