@@ -295,3 +295,81 @@ def _summarize(ctx: Context) -> SamplerSummary | None:
         cpu_utilization=float(total / (wall * n_cpus)) if wall > 0 else 0.0,
         d_threads_by_name={str(k): int(v) for k, v in d_names.items()},
     )
+
+
+# Kernel CPU the reader threads spend per MB they read from the device with large reads: the
+# `dstate_io` preset's fix (256 KB reads, readahead off) measured 0.27-0.34 ms/MB on the dev VM
+# (docs/trace-signals.md, "Threads in D state"). Kernel time beyond it is per-request overhead.
+LARGE_READ_KERNEL_S_PER_MB = 0.3e-3
+
+
+@dataclass
+class IoThreads:
+    """The threads sampled in D state at least once over the steps (a thread that is in D 10% of
+    the time is seen in ~30 sweeps with 96% chance), and what their reads cost the CPUs."""
+
+    threads: int
+    kernel_s: float  # their system CPU seconds over the window
+    user_s: float
+    process_cpu_s: float  # every sampled thread's CPU seconds over the window
+    wall_s: float
+    read_mb: float | None  # bytes the process(es) read from the device (/proc io), None unknown
+    saturated_share: float  # share of sweeps with at least as many runnable threads as CPUs
+
+    @property
+    def kernel_share(self) -> float:
+        return self.kernel_s / self.process_cpu_s if self.process_cpu_s > 0 else 0.0
+
+    @property
+    def kernel_ms_per_mb(self) -> float | None:
+        return self.kernel_s / self.read_mb * 1e3 if self.read_mb else None
+
+    @property
+    def avoidable_kernel_share(self) -> float:
+        """Their kernel CPU beyond what the same bytes cost in large reads, as a share of the
+        process's CPU (all of it when the bytes read are unknown)."""
+        needed = (self.read_mb or 0.0) * LARGE_READ_KERNEL_S_PER_MB
+        spare = max(0.0, self.kernel_s - needed)
+        return spare / self.process_cpu_s if self.process_cpu_s > 0 else 0.0
+
+
+def io_threads(ctx: Context) -> IoThreads | None:
+    return ctx.memo("io_threads", lambda: _io_threads(ctx))
+
+
+def _io_threads(ctx: Context) -> IoThreads | None:
+    th = ctx.run.threads
+    if th is None or th.empty or not {"user_s", "system_s"} <= set(th.columns):
+        return None
+    th = _within_steps(th, ctx)
+    key = ["pid", "tid"] if "pid" in th else ["tid"]
+    state = th["state"].astype(str)
+    per = th.assign(d=(state == "D").to_numpy()).groupby(key).agg(
+        d=("d", "any"), u0=("user_s", "min"), u1=("user_s", "max"),
+        s0=("system_s", "min"), s1=("system_s", "max"))
+    user = (per["u1"] - per["u0"]).clip(lower=0)
+    kernel = (per["s1"] - per["s0"]).clip(lower=0)
+    ts = th["ts_ns"].to_numpy()
+    wall = float(ts.max() - ts.min()) / 1e9
+    runnable = pd.Series((state == "R").to_numpy()).groupby(ts).sum()
+    n_cpus = ctx.n_cpus or 1
+    return IoThreads(
+        threads=int(per["d"].sum()),
+        kernel_s=float(kernel[per["d"]].sum()),
+        user_s=float(user[per["d"]].sum()),
+        process_cpu_s=float((user + kernel).sum()),
+        wall_s=wall,
+        read_mb=_device_read_mb(ctx),
+        saturated_share=float((runnable >= n_cpus).mean()) if len(runnable) else 0.0,
+    )
+
+
+def _device_read_mb(ctx: Context) -> float | None:
+    """MB the sampled processes read from storage (not the page cache) over the steps."""
+    p = ctx.run.process
+    if p is None or p.empty or "read_bytes" not in p:
+        return None
+    p = _within_steps(p, ctx)
+    by_pid = p.groupby("pid")["read_bytes"] if "pid" in p else p["read_bytes"]
+    grown = by_pid.max() - by_pid.min()
+    return float(np.sum(grown)) / 1e6

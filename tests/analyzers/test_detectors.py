@@ -902,15 +902,64 @@ def test_dstate_skipped_without_sampler(tmp_path):
     assert "no OS sampler data" in skipped(analyze(run))["dstate_threads"].reason
 
 
+def _d_readers(tmp_path, *, readers_kernel: float, read_mb_per_s: float,
+               main_state: str = "R", wait_ms: float = 0):
+    """12 readers in D around a busy compute thread; together they spend `readers_kernel`
+    cores in the kernel while the process reads `read_mb_per_s` from the device."""
+    _, run = host_trace(tmp_path, wait_ms=wait_ms)
+    threads = {"python3": (main_state, 0.3), "tf_Compute": ("R", 1.0)}
+    threads.update({f"tf_data_privat#{i}": ("D", readers_kernel / 12, readers_kernel / 12)
+                    for i in range(12)})
+    write_sampler(run, thread_samples(500, 50, threads), n_cpus=2, read_mb_per_s=read_mb_per_s)
+    return analyze(run)
+
+
 def test_dstate_threads_found_with_many_d_readers(tmp_path):
-    _, run = host_trace(tmp_path, wait_ms=20)
-    threads = {"python3": ("R", 0.3), "tf_Compute": ("R", 1.0)}
-    threads.update({f"tf_data_privat#{i}": ("D", 0.01) for i in range(12)})
-    write_sampler(run, thread_samples(500, 50, threads), n_cpus=2)
-    f = by_id(analyze(run))["dstate_threads"]
+    """Small cold reads: 0.6 cores of kernel work for 20 MB/s (30 ms per MB, 100x what large
+    reads cost) on two full CPUs: that CPU came out of the model's."""
+    f = by_id(_d_readers(tmp_path, readers_kernel=0.6, read_mb_per_s=20))["dstate_threads"]
     assert f.numbers["mean_d_threads"] == pytest.approx(12, abs=0.1)
-    assert f.numbers["oversubscribed_share"] == 1.0
-    assert f.severity in ("medium", "high")
+    assert f.numbers["io_threads"] == 12
+    assert f.numbers["io_kernel_share"] == pytest.approx(0.6 / 1.9, abs=0.01)
+    assert f.numbers["kernel_ms_per_mb"] == pytest.approx(30, rel=0.05)
+    assert f.numbers["saturated_share"] == 1.0
+    # 31.6% of the CPU, less the 0.3 ms/MB large reads would still cost: ~31%, 1.45x.
+    assert f.speedup == pytest.approx(1 / (1 - 0.31), abs=0.03)
+    assert f.severity == "high"
+    assert any("small reads" in e for e in f.evidence)
+
+
+def test_dstate_threads_claim_the_input_wait_of_small_reads(tmp_path):
+    """The step also waits 20% for input while the readers sit in D doing small reads, and no
+    io_stall finding counts that wait: the estimate adds it. With large reads the wait is a
+    storage bandwidth matter, not this finding's."""
+    f = by_id(_d_readers(tmp_path / "s", readers_kernel=0.6, read_mb_per_s=20,
+                         wait_ms=20))["dstate_threads"]
+    assert f.speedup == pytest.approx(1 / (1 - 0.31 - 0.2), abs=0.05)
+    assert any("waited for input 20%" in e for e in f.evidence)
+    large = by_id(_d_readers(tmp_path / "l", readers_kernel=0.6, read_mb_per_s=2000,
+                             wait_ms=20))["dstate_threads"]
+    assert large.severity == "low"
+
+
+def test_dstate_threads_with_large_reads_are_low(tmp_path):
+    """The same threads in D, but their kernel time is what the bytes cost (0.3 ms per MB):
+    larger reads would save nothing, whatever the D count says."""
+    f = by_id(_d_readers(tmp_path, readers_kernel=0.6, read_mb_per_s=2000))["dstate_threads"]
+    assert f.numbers["mean_d_threads"] == pytest.approx(12, abs=0.1)
+    assert f.numbers["avoidable_kernel_share"] == pytest.approx(0.0, abs=0.005)
+    assert f.severity == "low"
+    assert any("already large" in e for e in f.evidence)
+
+
+def test_dstate_threads_with_free_cores_are_low(tmp_path):
+    """Small reads, but one runnable thread on two CPUs: the readers' kernel work ran on the
+    idle core and took nothing from the model."""
+    f = by_id(_d_readers(tmp_path, readers_kernel=0.6, read_mb_per_s=20, main_state="S",
+                         wait_ms=0))["dstate_threads"]
+    assert f.numbers["saturated_share"] == 0.0
+    assert f.severity == "low"
+    assert any("cores were often free" in e for e in f.evidence)
 
 
 def test_no_dstate_finding_when_threads_sleep_normally(tmp_path):

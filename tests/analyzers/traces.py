@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tests.analyzers.xspace_builder import DEFAULT_PROFILE_START_NS, Ref, XSpaceBuilder
@@ -135,9 +136,9 @@ def gpu_trace(
 
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
-                  cpu_percent: float = 100.0) -> None:
+                  cpu_percent: float = 100.0, read_mb_per_s: float = 0.0) -> None:
     """Sampler files in the layout of recadvisor/capture/layout.py; `threads` has t_ms, tid,
-    name, state, user_s, system_s."""
+    name, state, user_s, system_s; the process reads `read_mb_per_s` from the device."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -145,21 +146,25 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     th["blkio_ticks"] = 0
     th.to_parquet(run_dir / "host.threads.parquet")
     ts = sorted(th["ts_ns"].unique())
+    read = ((np.asarray(ts) - t0) / 1e9 * read_mb_per_s * 1e6).astype("int64")
     pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
-                  "read_bytes": 0, "write_bytes": 0, "num_threads": th["tid"].nunique(),
+                  "read_bytes": read, "write_bytes": 0, "num_threads": th["tid"].nunique(),
                   "system_cpu_percent": cpu_percent / n_cpus, "iowait_s": 0.0,
                   "n_cpus": n_cpus}).to_parquet(run_dir / "host.process.parquet")
 
 
-def thread_samples(duration_ms: float, hz: float, threads: dict[str, tuple[str, float]]
+def thread_samples(duration_ms: float, hz: float,
+                   threads: dict[str, tuple[str, float] | tuple[str, float, float]]
                    ) -> pd.DataFrame:
-    """Samples for named threads: name → (state letter, CPU cores it uses)."""
+    """Samples for named threads: name → (state letter, CPU cores it uses[, cores of that in
+    the kernel])."""
     rows = []
     n = int(duration_ms / 1000 * hz)
     for k in range(n):
         t = k * 1000 / hz
-        for tid, (name, (state, cores)) in enumerate(threads.items(), start=1000):
-            cpu = cores * t / 1000
+        for tid, (name, (state, cores, *kernel)) in enumerate(threads.items(), start=1000):
+            sys_cores = kernel[0] if kernel else 0.0
             rows.append({"t_ms": t, "tid": tid, "name": name.split("#")[0], "state": state,
-                         "user_s": cpu, "system_s": 0.0})
+                         "user_s": (cores - sys_cores) * t / 1000,
+                         "system_s": sys_cores * t / 1000})
     return pd.DataFrame(rows)
