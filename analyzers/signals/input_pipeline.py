@@ -63,6 +63,8 @@ class InputPipeline:
     generator: bool  # a Dataset.from_generator stage
     reads_files: bool  # a file-reader stage (TFRecord, TextLine, ...) ran or is in the paths
     records_per_step: float  # record-reader calls per step and host: records read one by one
+    file_reads_per_step: float  # whole files read by map functions (tf.io.read_file), per host
+    file_read_ms_per_step: float
     files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
 
@@ -151,6 +153,9 @@ def _analyze(ctx: Context) -> InputPipeline:
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
         # Each host reads its own share of the batch: calls per step and host.
         records_per_step=int(is_record.sum()) / n / max(work["host"][is_record].nunique(), 1),
+        file_reads_per_step=int(is_file_op.sum()) / n / max(
+            work["host"][is_file_op].nunique(), 1),
+        file_read_ms_per_step=float(dur.sum(where=is_file_op)) / 1e6 / n,
         files=_files_opened(ctx),
         # Stage events nest (Iterator::Root holds every stage below it, *Produce wraps a
         # stage), so their totals count the same time over and over: the work itself is in the
@@ -211,6 +216,10 @@ MIN_PYTHON_SHARE_OF_WAIT = 0.2
 # example per record gives the batch size (1,024-4,096 in the `example` presets and a Keras job
 # reading tf.train.Example files; docs/trace-signals.md, "Jobs that are not ours").
 MIN_RECORDS_PER_STEP = 64
+# Whole files read per step beyond which each holds an example (or a few): a Keras job over 8,192
+# 260-byte files read 259 a step at batch 256 (docs/trace-signals.md, "Jobs that are not ours").
+# A file per batch, or a handful of shards, stays far below.
+MIN_FILES_PER_STEP = 16
 
 
 def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
@@ -231,8 +240,9 @@ def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, s
 
 def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     """Why the pipeline is slow, as far as the trace (and run metadata) show: no prefetch, low
-    parallelism, per-example parsing, one example per record, Python functions, decompression
-    (run metadata, else the names of the files the readers open); cause → evidence."""
+    parallelism, per-example parsing, one example per record or per file, Python functions,
+    decompression (run metadata, else the names of the files the readers open); cause →
+    evidence."""
     causes: dict[str, str] = {}
     if not pipe.present:
         return causes
@@ -258,14 +268,23 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
             f"{pipe.python_calls_per_step:.0f} Python function calls per step "
             f"({pipe.python_ms_per_step:.1f} ms) from {source}{per}: they run under the GIL, "
             "so num_parallel_calls barely parallelizes them")
+    parsing = ""
     if pipe.parse_ops_per_step >= 16:
-        causes["per_example_parsing"] = (
-            f"{pipe.parse_ops_per_step:.0f} parse ops per step "
-            f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time")
+        parsing = (f"{pipe.parse_ops_per_step:.0f} parse ops per step "
+                   f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time")
     elif pipe.map_before_batch and not python:
-        causes["per_example_parsing"] = (
-            "the map function runs once per example (map before batch), "
-            f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")
+        parsing = ("the map function runs once per example (map before batch), "
+                   f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")
+    if pipe.file_reads_per_step >= MIN_FILES_PER_STEP:
+        # Per-example parsing follows from per-example files: packing them fixes both.
+        causes["per_example_files"] = (
+            f"{pipe.file_reads_per_step:.0f} files read per step by tf.io.read_file "
+            f"({pipe.file_read_ms_per_step:.1f} ms in ReadFile ops): one file per example, each "
+            "opened, read and closed on its own and carried through the map function alone"
+            + (f"; {pipe.parse_ops_per_step:.0f} parse ops per step, one per file "
+               f"({pipe.parse_ms_per_step:.1f} ms)" if pipe.parse_ops_per_step >= 16 else ""))
+    elif parsing:
+        causes["per_example_parsing"] = parsing
     if pipe.records_per_step >= MIN_RECORDS_PER_STEP:
         records = (f"{pipe.records_per_step:.0f} records read per step, each passed one at a time "
                    "through every stage up to the batch: one example per record")

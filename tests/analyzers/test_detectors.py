@@ -88,6 +88,41 @@ def test_read_file_ops_make_an_in_memory_list_of_paths_a_file_reader(tmp_path):
     assert "io_stall" in by_id(analyze(run))
 
 
+def _files_read(per_step: int, read_us: int = 20):
+    """`from_tensor_slices(paths).map(load).batch(256)`: `per_step` tf.io.read_file calls per
+    step on a tf.data thread, each followed by its DecodeRaw (TF fuses map and batch into
+    MapAndBatch, so the stage names do not say whether the map is parallel)."""
+    def add(b, host, main, comp, t0, i):
+        host.line("tf_data_iterator_resource/70", line_id=70).event(
+            "Iterator::Root::Prefetch::MapAndBatch::TensorSlice", t0 + 1000, 2 * MS)
+        line = host.line("tf_data_private_threadpool/71", line_id=71)
+        gap = 60 * MS // max(per_step, 1)
+        for k in range(per_step):
+            t = t0 + 1000 + k * gap
+            line.event("ReadFile:ReadFile", t, read_us * 1000)
+            line.event("DecodeRaw:DecodeRaw", t + read_us * 1000 + 500, 2000)
+    return add
+
+
+def test_a_file_per_example_is_named_with_its_remedy(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=60, readers=0, parse_ops=0,
+                        pipeline="Iterator::Root::Prefetch::MapAndBatch",
+                        per_step=_files_read(256))
+    f = by_id(analyze(run))["input_preprocessing"]
+    assert f.numbers["causes"] == ["per_example_files"]  # the parse ops are folded into it
+    assert "256 files read per step" in " ".join(f.evidence)
+    assert "pack the small files" in f.remedy
+    assert f.severity == "high"
+
+
+def test_a_file_per_batch_is_not_a_file_per_example(tmp_path):
+    _, run = host_trace(tmp_path, wait_ms=60, readers=0, parse_ops=0,
+                        pipeline="Iterator::Root::Prefetch::MapAndBatch",
+                        per_step=_files_read(2, read_us=2000))
+    f = by_id(analyze(run)).get("input_preprocessing")
+    assert f is None or "per_example_files" not in f.numbers["causes"]
+
+
 def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5)
     f = by_id(analyze(run))

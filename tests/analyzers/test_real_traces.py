@@ -274,6 +274,20 @@ def test_tfrecord_files_of_one_example_per_record(foreign):
         assert not {"per_example_records", "decompression"} & set(f.numbers.get("causes", ())), f
 
 
+def test_a_file_per_example(foreign):
+    """A Keras job whose map reads one 260-byte file per example waits on the files: the cause
+    named is the files, with packing as the remedy; the same bytes packed one batch per record
+    leave no input finding."""
+    f = {f.id: f for f in analyze(foreign("small_files")).findings}["input_preprocessing"]
+    assert f.severity == "high"
+    assert "per_example_files" in f.numbers["causes"], f.evidence
+    assert "pack the small files" in f.remedy
+    packed = analyze(foreign("packed_files"))
+    for g in packed.findings:
+        assert "per_example_files" not in g.numbers.get("causes", ()), g
+        assert g.id not in ("input_preprocessing", "io_stall") or g.severity == "low", g
+
+
 @pytest.mark.parametrize("mode", ["generator", "eager", "retrace", "mirrored4", "records_gzip"])
 def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path, mode):
     """The same profile as Chrome trace JSON (xprof's trace_viewer conversion, what older TF wrote
