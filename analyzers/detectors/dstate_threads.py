@@ -53,7 +53,8 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     numbers: dict[str, float | int | None] = {
         "d_state_share": round(s.d_state_share, 4), "mean_d_threads": round(s.mean_d_threads, 2),
         "max_d_threads": s.max_d_threads, "oversubscribed_share": round(s.oversubscribed_share, 4),
-        "n_cpus": s.n_cpus, "sampler_hz": round(s.hz, 1)}
+        "n_cpus": s.n_cpus, "sampler_hz": round(s.hz, 1),
+        "input_wait_claimed": round(wait_part, 4)}
     if io:
         evidence.append(
             f"the {io.threads} threads seen in D used {io.kernel_share:.0%} of the process's CPU "

@@ -16,6 +16,7 @@ functions (py_function, numpy_function, from_generator), low parallelism, no pre
 from __future__ import annotations
 
 from analyzers.context import Context
+from analyzers.detectors import dstate_threads, run_detector
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     analyze_input_pipeline,
@@ -83,6 +84,15 @@ def detect(ctx: Context) -> Finding | None:
     # (the dstate_io preset's 32 readers fill 55% of the CPUs x step time, mostly in I/O).
     producers = (bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
                  or bool(exposed and cpu_bound))
+    if producers and not set(causes) - _RESHAPING and op_share < MIN_INPUT_OP_SHARE:
+        # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads
+        # fill the cores with kernel work per request, the contention and the wait are
+        # dstate_threads' (its estimate counts both; the fair-share slowdown here read 3.9x for
+        # I/O threads that run in short bursts, against 1.4x measured: docs/trace-signals.md,
+        # "Threads in D state").
+        d_state = run_detector(dstate_threads, ctx)
+        if isinstance(d_state, Finding) and d_state.severity in ("medium", "high"):
+            producers, exposed = False, 0.0
     sharing = (core_sharing(ctx) if producers and sampler is not None
                and not ctx.has_accelerator and not reshaping else None)
     slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0

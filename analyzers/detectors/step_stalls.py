@@ -34,7 +34,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.detectors import function_retracing, input_preprocessing, io_stall, run_detector
+from analyzers.detectors import (
+    dstate_threads,
+    function_retracing,
+    input_preprocessing,
+    io_stall,
+    run_detector,
+)
 from analyzers.events import GRAPH_BUILDING
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
@@ -100,7 +106,7 @@ _IDLE_REMEDIES = {
                "written by hand, numpy.save, pickle): do it less often, on a background "
                "thread, or to faster local storage.",
 }
-_OWNERS = {"input_wait": (io_stall, input_preprocessing),
+_OWNERS = {"input_wait": (io_stall, input_preprocessing, dstate_threads),
            "graph_building": (function_retracing,)}
 _IDLE_LABELS = {"cpu": "untraced Python work on the CPU", "sleep": "an untraced wait",
                 "storage": "untraced file I/O", "mixed": "untraced Python work"}
@@ -191,9 +197,12 @@ def detect(ctx: Context) -> Finding | None:
 
 def _owner(ctx: Context, cause: str | None) -> str | None:
     """The detector whose finding already counts this stall's time, if one reports it: the
-    input detectors an input wait, function_retracing the tracing."""
+    input detectors (and dstate_threads, when its small reads claim the wait) an input wait,
+    function_retracing the tracing."""
     for module in _OWNERS.get(cause or "", ()):
-        if isinstance(run_detector(module, ctx), Finding):
+        found = run_detector(module, ctx)
+        # dstate_threads counts the input wait only when its readers' reads are small.
+        if isinstance(found, Finding) and found.numbers.get("input_wait_claimed", 1.0) > 0:
             return module.ID
     return None
 

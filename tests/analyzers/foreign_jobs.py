@@ -28,6 +28,10 @@ MODE:
 - `small_files` / `packed_files`: Keras fit on 8,192 examples of 260 bytes, one file per example
   read by `tf.io.read_file` in a map (the layout of per-sample image or .npy datasets), or the
   same bytes packed one batch per TFRecord and decoded a batch at a time.
+- `cold_small_reads` / `cold_large_reads`: Keras fit on 544 MB of TFRecords (16 KB of payload
+  per example) kept cold (the reference trainer's page-cache evictor: dropped from the cache,
+  readahead off), read by 16 readers with 4 KB buffers or by 4 with 256 KB buffers; no profiler
+  calls: run it under `recadvisor capture` (the sampler is what sees D state).
 - `multiworker`: two worker processes of MultiWorkerMirroredStrategy on this machine, a custom
   loop over a 64-512-512-1 MLP, 256 examples per worker: the gradients' all-reduce goes over RPC
   every step. Profiled the way TensorBoard's "capture profile" does it, a profiler server in each
@@ -385,6 +389,44 @@ elif mode in ("small_files", "packed_files"):
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
+elif mode in ("cold_small_reads", "cold_large_reads"):
+    # Keras fit on 544 MB of records, 16 KB of payload per example (the rest of a log line),
+    # read cold as from storage far larger than RAM: the reference trainer's evictor drops the
+    # files from the page cache and turns readahead off on the descriptors TF opens. 16 readers
+    # with 4 KB buffers (each read one device request), or 4 readers with 256 KB buffers.
+    from reference_model.storage import PageCacheEvictor
+    batch, per_record, n_files = 256, 32, 8
+    folder = Path(tempfile.mkdtemp(prefix="cold-", dir=os.environ.get("COLD_DIR")))
+    files = [str(folder / f"part-{i}.tfrecord") for i in range(n_files)]
+    width = 65 + 4096  # features, label, payload floats (16 KB: an image's worth)
+    # 544 MB, so that each file stays open ~1.5 s between reopens: the evictor marks a new
+    # descriptor within a few ms, and the reads before that still get readahead.
+    payload = rng.normal(size=(per_record, width - 65)).astype("float32")
+    for path in files:
+        with tf.io.TFRecordWriter(path) as w:
+            for _ in range(32768 // n_files // per_record):
+                head = rng.normal(size=(per_record, 65)).astype("float32")
+                w.write(np.concatenate([head, payload], axis=1).tobytes())
+    os.sync()
+    small = mode == "cold_small_reads"
+
+    def parse(r):
+        v = tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, width))
+        return v[:, :64], tf.cast(v[:, 64:65] > 0, tf.float32)
+    ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
+          .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=(4 if small else 256) << 10),
+                      cycle_length=16 if small else 4, num_parallel_calls=16 if small else 4)
+          .map(parse).unbatch().batch(batch).prefetch(2))
+    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(512, "relu"),
+                                 tf.keras.layers.Dense(512, "relu"), tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    with PageCacheEvictor(files, scan_interval_s=0.005):
+        model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+        t = time.perf_counter()
+        model.fit(ds, steps_per_epoch=100, epochs=1, verbose=0)
+        print(f"untraced_step_ms={(time.perf_counter() - t) / 100 * 1e3:.3f}", flush=True)
+        model.fit(ds, steps_per_epoch=100, epochs=1, verbose=0)  # what `capture` profiles
+    shutil.rmtree(folder, ignore_errors=True)
 elif mode.startswith("embedding_"):
     vocab = 1_000_000
     ids = rng.integers(0, vocab, size=(64 * 1024, 26))
