@@ -43,8 +43,12 @@ _ALL = [
            {"devices": 8}, ("collective_overhead",)),
     Preset("small_ops_no_xla", "no XLA and one embedding table per feature: many tiny ops",
            {"xla": False, "fused_tables": False}, ("kernel_launch_overhead",)),
-    Preset("dstate_io", "32 parallel readers with small reads on files evicted from the page cache",
-           {"evict_page_cache": True, "cycle_length": 32, "interleave_parallelism": 32,
+    # One reader per shard (16): with 32, two interleave slots read each file side by side at
+    # first, the second from the pages the first had just fetched, and a window early in the
+    # run saw half the device reads and 0.5 threads in D (docs/trace-signals.md).
+    Preset("dstate_io", "16 parallel readers, one per shard, doing 4 KB reads of cold files "
+           "(evicted from the page cache, readahead off)",
+           {"evict_page_cache": True, "cycle_length": 16, "interleave_parallelism": 16,
             "threadpool": 48, "reader_buffer_kb": 4}, ("dstate_threads",)),
     Preset("default", "seed 000's starting job: per-example GZIP records, parallelism 1, no "
            "prefetch, float64 + casting layer, serial per-device copies, 4 devices, no XLA, "

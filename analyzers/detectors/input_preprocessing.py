@@ -81,7 +81,8 @@ def detect(ctx: Context) -> Finding | None:
     # machine, or a wait on a CPU-bound pipeline), and the sampler's runnable threads showing the
     # model's ops slowed for sharing the cores (docs/trace-signals.md, "Input producers slow the
     # model's ops"). Reader stages alone are no witness: their time includes waiting on storage
-    # (the dstate_io preset's 32 readers fill 55% of the CPUs x step time, mostly in I/O).
+    # (the dstate_io preset's 32 readers, before its reads went cold, filled 55% of the CPUs x
+    # step time, mostly in I/O).
     producers = (bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
                  or bool(exposed and cpu_bound))
     if producers and not set(causes) - _RESHAPING and op_share < MIN_INPUT_OP_SHARE:
