@@ -20,12 +20,18 @@ from analyzers import detectors
 from analyzers.context import Context
 from analyzers.detectors import io_stall
 from analyzers.findings import Finding, Skipped, speedup_from_saving
-from analyzers.signals.os_sampler import io_threads, summarize
+from analyzers.signals.os_sampler import (
+    LARGE_READ_KERNEL_S_PER_MB,
+    IoThreads,
+    io_threads,
+    summarize,
+)
 
 ID = "dstate_threads"
 MIN_D_SHARE = 0.03
 MIN_MEAN_D = 0.3
-# Kernel CPU per MB read above which reads count as small (large reads: ~0.3 ms/MB).
+# Kernel CPU per MB read above which reads count as small (large reads: ~0.3 ms/MB,
+# os_sampler.LARGE_READ_KERNEL_S_PER_MB).
 SMALL_READ_MS_PER_MB = 1.0
 
 
@@ -37,7 +43,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     if s.d_state_share < MIN_D_SHARE and s.mean_d_threads < MIN_MEAN_D:
         return None
     io = io_threads(ctx)
-    crowd = io.avoidable_kernel_share * io.saturated_share if io else 0.0
+    crowd = io.avoidable_kernel_share * s.saturated_share if io else 0.0
     per_mb = io.kernel_ms_per_mb if io else None
     small_reads = per_mb is None or per_mb > SMALL_READ_MS_PER_MB
     wait = ctx.fractions.get("input_wait", 0.0)
@@ -59,20 +65,16 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         evidence.append(
             f"the {io.threads} threads seen in D used {io.kernel_share:.0%} of the process's CPU "
             f"in the kernel ({io.kernel_s:.2f} s of {io.process_cpu_s:.2f} s over "
-            f"{io.wall_s:.1f} s)"
-            + (f", {per_mb:.1f} ms per MB read from the device ({io.read_mb:.0f} MB; large "
-               f"reads cost ~0.3 ms/MB): small reads" if per_mb is not None and small_reads
-               else f", {per_mb:.1f} ms per MB read from the device ({io.read_mb:.0f} MB): "
-                    "reads are already large" if per_mb is not None else ""))
-        evidence.append(f"all {s.n_cpus} CPUs had a runnable thread in {io.saturated_share:.0%} "
+            f"{s.wall_s:.1f} s){_reads_note(io, small_reads)}")
+        evidence.append(f"all {s.n_cpus} CPUs had a runnable thread in {s.saturated_share:.0%} "
                         f"of samples (mean {s.mean_runnable:.1f} runnable): "
                         + ("the cores were full, so the readers' kernel time came out of the "
-                           "model's" if io.saturated_share >= 0.5 else "cores were often free"))
+                           "model's" if s.saturated_share >= 0.5 else "cores were often free"))
         numbers.update({"io_threads": io.threads, "io_kernel_share": round(io.kernel_share, 4),
                         "avoidable_kernel_share": round(io.avoidable_kernel_share, 4),
                         "kernel_ms_per_mb": None if per_mb is None else round(per_mb, 2),
                         "device_read_mb": None if io.read_mb is None else round(io.read_mb, 1),
-                        "saturated_share": round(io.saturated_share, 4)})
+                        "saturated_share": round(s.saturated_share, 4)})
     if wait_part:
         evidence.append(f"the step waited for input {wait:.0%} of the time while readers sat "
                         "in D")
@@ -96,3 +98,15 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         top_events=[{"name": k, "d_samples": v} for k, v in s.d_threads_by_name.items()],
         config_changes=changes,
     )
+
+
+def _reads_note(io: IoThreads, small_reads: bool) -> str:
+    """What the kernel time per MB read says of the reads' size ("" without the bytes read)."""
+    per_mb = io.kernel_ms_per_mb
+    if per_mb is None:
+        return ""
+    said = f", {per_mb:.1f} ms per MB read from the device ({io.read_mb:.0f} MB"
+    if small_reads:
+        return (f"{said}; large reads cost ~{LARGE_READ_KERNEL_S_PER_MB * 1e3:.1f} ms/MB): "
+                "small reads")
+    return f"{said}): reads are already large"

@@ -83,9 +83,9 @@ def detect(ctx: Context) -> Finding | None:
     # model's ops"). Reader stages alone are no witness: their time includes waiting on storage
     # (the dstate_io preset's 32 readers, before its reads went cold, filled 55% of the CPUs x
     # step time, mostly in I/O).
-    producers = (bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
-                 or bool(exposed and cpu_bound))
-    if producers and not set(causes) - _RESHAPING and op_share < MIN_INPUT_OP_SHARE:
+    named_work = bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
+    producers = named_work or bool(exposed and cpu_bound)
+    if producers and not named_work:
         # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads
         # fill the cores with kernel work per request, the contention and the wait are
         # dstate_threads' (its estimate counts both; the fair-share slowdown here read 3.9x for

@@ -145,6 +145,8 @@ class SamplerSummary:
     max_d_threads: int
     mean_runnable: float  # threads in R per sample
     oversubscribed_share: float  # share of samples with more runnable+D threads than CPUs
+    saturated_share: float  # share of samples with at least as many runnable threads as CPUs
+    wall_s: float  # first to last sample inside the steps
     input_cpu_share: float  # input threads' CPU time / the process's CPU time
     cpu_utilization: float  # process CPU time / (wall × CPUs)
     d_threads_by_name: dict[str, int]
@@ -190,7 +192,7 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
     if (th is None or th.empty or not n_cpus or ctx.steps.table.empty or "pid" not in th
             or th["pid"].nunique() > 1):
         return None
-    th = _within_steps(th, ctx)
+    th = _threads_in_steps(ctx)
     running = (th["state"].astype(str) == "R").to_numpy()
     sweep_ts, sweep_of = np.unique(th["ts_ns"].to_numpy(), return_inverse=True)
     t = np.zeros(len(sweep_ts), np.int64)
@@ -256,15 +258,37 @@ def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     return inside if len(inside) else df
 
 
+def _threads_in_steps(ctx: Context) -> pd.DataFrame | None:
+    """The sampler's thread rows over the steps (all of them when none falls inside)."""
+    def build() -> pd.DataFrame | None:
+        th = ctx.run.threads
+        return None if th is None or th.empty else _within_steps(th, ctx)
+    return ctx.memo("sampler_threads", build)
+
+
+def _thread_cpu(ctx: Context) -> pd.DataFrame:
+    """Per thread (tid) over the steps: CPU seconds in user and kernel mode (the counters are
+    cumulative: last sample minus first; 0 where the sampler did not record them) and whether a
+    sweep found it in D. Needs sampler data."""
+    def build() -> pd.DataFrame:
+        th = _threads_in_steps(ctx)
+        per = th.assign(user=th.get("user_s", 0.0), kernel=th.get("system_s", 0.0),
+                        d=(th["state"].astype(str) == "D").to_numpy()).groupby("tid").agg(
+            u0=("user", "min"), u1=("user", "max"), k0=("kernel", "min"),
+            k1=("kernel", "max"), d=("d", "any"))
+        return pd.DataFrame({"user": (per["u1"] - per["u0"]).clip(lower=0),
+                             "kernel": (per["k1"] - per["k0"]).clip(lower=0), "d": per["d"]})
+    return ctx.memo("thread_cpu", build)
+
+
 def summarize(ctx: Context) -> SamplerSummary | None:
     return ctx.memo("sampler_summary", lambda: _summarize(ctx))
 
 
 def _summarize(ctx: Context) -> SamplerSummary | None:
-    th = ctx.run.threads
-    if th is None or th.empty:
+    th = _threads_in_steps(ctx)
+    if th is None:
         return None
-    th = _within_steps(th, ctx)
     n_cpus = ctx.n_cpus or 1
     ts = np.sort(th["ts_ns"].unique())
     n_samples = len(ts)
@@ -273,12 +297,9 @@ def _summarize(ctx: Context) -> SamplerSummary | None:
     per_sample = pd.DataFrame({"ts": th["ts_ns"], "D": state == "D", "R": state == "R"}).groupby(
         "ts").sum()
     role_of = thread_roles(ctx, th)
-    cpu = th.assign(cpu=th.get("user_s", 0.0) + th.get("system_s", 0.0),
-                    role=th["tid"].map(role_of).to_numpy())
-    # CPU seconds per thread over the window: last sample minus first (counters are cumulative).
-    per_thread = cpu.groupby("tid").agg(first=("cpu", "min"), last=("cpu", "max"),
-                                        role=("role", "first"))
-    used = (per_thread["last"] - per_thread["first"]).clip(lower=0)
+    per_thread = _thread_cpu(ctx)
+    used = per_thread["user"] + per_thread["kernel"]
+    role = per_thread.index.map(role_of)
     total = float(used.sum())
     wall = (ts[-1] - ts[0]) / 1e9 if n_samples > 1 else 0.0
     d_names = th[state == "D"]["name"].astype(str).value_counts().head(8)
@@ -291,7 +312,9 @@ def _summarize(ctx: Context) -> SamplerSummary | None:
         max_d_threads=int(per_sample["D"].max()),
         mean_runnable=float(per_sample["R"].mean()),
         oversubscribed_share=float(((per_sample["R"] + per_sample["D"]) > n_cpus).mean()),
-        input_cpu_share=float(used[per_thread["role"] == "input"].sum() / total) if total else 0.0,
+        saturated_share=float((per_sample["R"] >= n_cpus).mean()),
+        wall_s=float(wall),
+        input_cpu_share=float(used[role == "input"].sum() / total) if total else 0.0,
         cpu_utilization=float(total / (wall * n_cpus)) if wall > 0 else 0.0,
         d_threads_by_name={str(k): int(v) for k, v in d_names.items()},
     )
@@ -310,11 +333,8 @@ class IoThreads:
 
     threads: int
     kernel_s: float  # their system CPU seconds over the window
-    user_s: float
     process_cpu_s: float  # every sampled thread's CPU seconds over the window
-    wall_s: float
     read_mb: float | None  # bytes the process(es) read from the device (/proc io), None unknown
-    saturated_share: float  # share of sweeps with at least as many runnable threads as CPUs
 
     @property
     def kernel_share(self) -> float:
@@ -334,34 +354,14 @@ class IoThreads:
 
 
 def io_threads(ctx: Context) -> IoThreads | None:
-    return ctx.memo("io_threads", lambda: _io_threads(ctx))
-
-
-def _io_threads(ctx: Context) -> IoThreads | None:
+    """None without sampler data, or without its CPU counters."""
     th = ctx.run.threads
     if th is None or th.empty or not {"user_s", "system_s"} <= set(th.columns):
         return None
-    th = _within_steps(th, ctx)
-    key = ["pid", "tid"] if "pid" in th else ["tid"]
-    state = th["state"].astype(str)
-    per = th.assign(d=(state == "D").to_numpy()).groupby(key).agg(
-        d=("d", "any"), u0=("user_s", "min"), u1=("user_s", "max"),
-        s0=("system_s", "min"), s1=("system_s", "max"))
-    user = (per["u1"] - per["u0"]).clip(lower=0)
-    kernel = (per["s1"] - per["s0"]).clip(lower=0)
-    ts = th["ts_ns"].to_numpy()
-    wall = float(ts.max() - ts.min()) / 1e9
-    runnable = pd.Series((state == "R").to_numpy()).groupby(ts).sum()
-    n_cpus = ctx.n_cpus or 1
-    return IoThreads(
-        threads=int(per["d"].sum()),
-        kernel_s=float(kernel[per["d"]].sum()),
-        user_s=float(user[per["d"]].sum()),
-        process_cpu_s=float((user + kernel).sum()),
-        wall_s=wall,
-        read_mb=_device_read_mb(ctx),
-        saturated_share=float((runnable >= n_cpus).mean()) if len(runnable) else 0.0,
-    )
+    per = _thread_cpu(ctx)
+    return IoThreads(threads=int(per["d"].sum()), kernel_s=float(per["kernel"][per["d"]].sum()),
+                     process_cpu_s=float((per["user"] + per["kernel"]).sum()),
+                     read_mb=_device_read_mb(ctx))
 
 
 def _device_read_mb(ctx: Context) -> float | None:

@@ -80,12 +80,35 @@ logdir, mode = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(0)
 
 
+def mlp(inputs: int, *hidden: int, **compile_args) -> tf.keras.Model:
+    """An inputs-hidden...-1 ReLU MLP, compiled with Adam on a from-logits binary cross-entropy
+    (`compile_args` go to compile)."""
+    model = tf.keras.Sequential([tf.keras.Input((inputs,)),
+                                 *(tf.keras.layers.Dense(h, "relu") for h in hidden),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True), **compile_args)
+    return model
+
+
+def fit_timed(model: tf.keras.Model, ds: tf.data.Dataset, timed: int, then: int,
+              profile: bool = True) -> None:
+    """5 warm-up steps, `timed` steps timed untraced (printed as `untraced_step_ms=`), then
+    `then` more steps under tf.profiler (without it when `profile` is off: the window of a job
+    run under `recadvisor capture`)."""
+    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+    t = time.perf_counter()
+    model.fit(ds, steps_per_epoch=timed, epochs=1, verbose=0)
+    print(f"untraced_step_ms={(time.perf_counter() - t) / timed * 1e3:.3f}", flush=True)
+    if profile:
+        tf.profiler.experimental.start(logdir)
+    model.fit(ds, steps_per_epoch=then, epochs=1, verbose=0)
+    if profile:
+        tf.profiler.experimental.stop()
+
+
 def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False, steps_per_execution: int = 1
               ) -> None:
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, "relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True),
-                  run_eagerly=run_eagerly, steps_per_execution=steps_per_execution)
+    model = mlp(64, 256, run_eagerly=run_eagerly, steps_per_execution=steps_per_execution)
     model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=12 * steps_per_execution, epochs=1, verbose=0)
@@ -98,11 +121,7 @@ def dense_mlp(batch: int, hidden: int, jit_compile: bool | str = "auto"
     x = rng.normal(size=(batch * 64, 64)).astype("float32")
     y = (x[:, :1] > 0).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).cache().repeat().prefetch(2)
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(hidden, "relu"),
-                                 tf.keras.layers.Dense(hidden, "relu"), tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True),
-                  jit_compile=jit_compile)
-    return ds, model
+    return ds, mlp(64, hidden, hidden, jit_compile=jit_compile)
 
 
 def features(x: np.ndarray) -> np.ndarray:
@@ -258,9 +277,7 @@ elif mode == "pyfunc":
 elif mode == "tensorboard_callback":
     x = rng.normal(size=(65536, 32)).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32"))).batch(512)
-    model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(256, "relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    model = mlp(32, 256)
     model.fit(ds.prefetch(2), epochs=1, verbose=0,
               callbacks=[tf.keras.callbacks.TensorBoard(logdir, profile_batch=(20, 40))])
 elif mode == "keras_eager" or mode.startswith("keras_spe"):
@@ -345,16 +362,7 @@ elif mode.startswith("records_"):
               .interleave(lambda f: tf.data.TFRecordDataset(f, "GZIP" if gz else ""),
                           cycle_length=2, num_parallel_calls=2)
               .batch(batch // rows).map(to_xy, num_parallel_calls=2).prefetch(2))
-    model = tf.keras.Sequential([tf.keras.Input((39,)), tf.keras.layers.Dense(64, "relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
-    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
-    t = time.perf_counter()
-    model.fit(ds, steps_per_epoch=60, epochs=1, verbose=0)
-    print(f"untraced_step_ms={(time.perf_counter() - t) / 60 * 1e3:.3f}", flush=True)
-    tf.profiler.experimental.start(logdir)
-    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0)
-    tf.profiler.experimental.stop()
+    fit_timed(mlp(39, 64), ds, timed=60, then=30)
 elif mode in ("small_files", "packed_files"):
     # 8,192 examples of 64 features and a label, 260 bytes each: one file per example (as image
     # or .npy-per-sample datasets are stored), or the same bytes packed one batch per TFRecord.
@@ -379,16 +387,7 @@ elif mode in ("small_files", "packed_files"):
         ds = (tf.data.TFRecordDataset(packed).repeat()
               .map(lambda r: split(tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, 65))))
               .prefetch(2))
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, "relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
-    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
-    t = time.perf_counter()
-    model.fit(ds, steps_per_epoch=200, epochs=1, verbose=0)  # packed steps take ~2 ms
-    print(f"untraced_step_ms={(time.perf_counter() - t) / 200 * 1e3:.3f}", flush=True)
-    tf.profiler.experimental.start(logdir)
-    model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
-    tf.profiler.experimental.stop()
+    fit_timed(mlp(64, 256), ds, timed=200, then=20)  # packed steps take ~2 ms
 elif mode in ("cold_small_reads", "cold_large_reads"):
     # Keras fit on 544 MB of records, 16 KB of payload per example (the rest of a log line),
     # read cold as from storage far larger than RAM: the reference trainer's evictor drops the
@@ -417,15 +416,8 @@ elif mode in ("cold_small_reads", "cold_large_reads"):
           .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=(4 if small else 256) << 10),
                       cycle_length=16 if small else 4, num_parallel_calls=16 if small else 4)
           .map(parse).unbatch().batch(batch).prefetch(2))
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(512, "relu"),
-                                 tf.keras.layers.Dense(512, "relu"), tf.keras.layers.Dense(1)])
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
     with PageCacheEvictor(files, scan_interval_s=0.005):
-        model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
-        t = time.perf_counter()
-        model.fit(ds, steps_per_epoch=100, epochs=1, verbose=0)
-        print(f"untraced_step_ms={(time.perf_counter() - t) / 100 * 1e3:.3f}", flush=True)
-        model.fit(ds, steps_per_epoch=100, epochs=1, verbose=0)  # what `capture` profiles
+        fit_timed(mlp(64, 512, 512), ds, timed=100, then=100, profile=False)
     shutil.rmtree(folder, ignore_errors=True)
 elif mode.startswith("embedding_"):
     vocab = 1_000_000
