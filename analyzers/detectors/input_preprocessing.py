@@ -53,6 +53,10 @@ _FIXES = {
                           "with one record per batch (prebatched) parsed with one call per "
                           "batch, read by a parallel interleave; if the decoded dataset fits in "
                           "memory, .cache() it after the first pass"),
+    "small_files": ({}, "write fewer, larger files (shards of 100 MB or more, at least as many "
+                    "as the readers in parallel) so each open is amortized over many batches; "
+                    "until then, raise the interleave's cycle_length and num_parallel_calls so "
+                    "opens overlap reads"),
     "python_function": ({}, "replace the Python function with TensorFlow ops (tf.strings, "
                         "tf.io, tf.math) so tf.data runs it in parallel without the GIL, or "
                         "precompute the features offline; if it must stay in Python, batch first "

@@ -42,6 +42,10 @@ _COMPRESSED = re.compile(r"(?i)\.(gz|gzip|zz|zlib|deflate)$")
 # Readers of serialized records, one per reader call: a batch's worth of calls means one example
 # per record. Line and column readers (TextLine, CSV) read one row per call whatever the format.
 _RECORD_READERS = frozenset({"TFRecord", "ArrayRecord"})
+# A reader's iterator made: one per input file (`MakeIterator::TFRecordDataset`, the dataset op's
+# name without its version), whether an interleave, a flat_map or the reader's own file list
+# opens it (docs/trace-signals.md, "Jobs that are not ours": over-sharded files).
+_READER_ITERATOR = re.compile(rf"^MakeIterator::({'|'.join(_READERS)})Dataset(V\d+)?$")
 
 
 @dataclass
@@ -65,6 +69,8 @@ class InputPipeline:
     records_per_step: float  # record-reader calls per step and host: records read one by one
     file_reads_per_step: float  # whole files read by map functions (tf.io.read_file), per host
     file_read_ms_per_step: float
+    files_opened_per_step: float  # reader iterators made per step and host: input files opened
+    records_per_file: float | None  # record-reader calls per file opened (record readers)
     files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
 
@@ -113,6 +119,8 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
+    opens = ctx.in_steps(name=_READER_ITERATOR.match, columns=("host",))["host"]
+    records = int(is_record.sum())
     # Concurrency of reads: the direct children of interleave elements (one per open input),
     # or the reader stages themselves when there is no interleave.
     element = cat_codes_map(wname, lambda n: (m := _INTERLEAVE_CHILD.search(n)) and m.group(1))
@@ -152,10 +160,13 @@ def _analyze(ctx: Context) -> InputPipeline:
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
         # Each host reads its own share of the batch: calls per step and host.
-        records_per_step=int(is_record.sum()) / n / max(work["host"][is_record].nunique(), 1),
+        records_per_step=records / n / max(work["host"][is_record].nunique(), 1),
         file_reads_per_step=int(is_file_op.sum()) / n / max(
             work["host"][is_file_op].nunique(), 1),
         file_read_ms_per_step=float(dur.sum(where=is_file_op)) / 1e6 / n,
+        files_opened_per_step=len(opens) / n / max(opens.nunique(), 1),
+        # Each file's last reader call finds its end: one call per record, plus one.
+        records_per_file=max(records / len(opens) - 1, 0.0) if len(opens) and records else None,
         files=_files_opened(ctx),
         # Stage events nest (Iterator::Root holds every stage below it, *Produce wraps a
         # stage), so their totals count the same time over and over: the work itself is in the
@@ -220,6 +231,12 @@ MIN_RECORDS_PER_STEP = 64
 # 260-byte files read 259 a step at batch 256 (docs/trace-signals.md, "Jobs that are not ours").
 # A file per batch, or a handful of shards, stays far below.
 MIN_FILES_PER_STEP = 16
+# Input files opened per step beyond which each holds less than half a step's data: every open
+# makes a reader iterator (and its interleave element) on the input threads and reaches storage
+# before the first record. A Keras job over 1,024 one-record files opened 7.6 a step (1.6x the
+# untraced step of the same data in 8 files); the reference trainer's 16 shards 0.4-0.5
+# (docs/trace-signals.md, "Jobs that are not ours").
+MIN_OPENS_PER_STEP = 2.0
 
 
 def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, str]:
@@ -285,6 +302,13 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
                f"({pipe.parse_ms_per_step:.1f} ms)" if pipe.parse_ops_per_step >= 16 else ""))
     elif parsing:
         causes["per_example_parsing"] = parsing
+    if pipe.files_opened_per_step >= MIN_OPENS_PER_STEP:
+        held = ("" if pipe.records_per_file is None else
+                f", {pipe.records_per_file:.1f} record(s) in each")
+        causes["small_files"] = (
+            f"{pipe.files_opened_per_step:.1f} input files opened per step{held}: small files, "
+            "each a new reader iterator set up on the input threads and a new open and first read "
+            "from storage before its records flow")
     if pipe.records_per_step >= MIN_RECORDS_PER_STEP:
         records = (f"{pipe.records_per_step:.0f} records read per step, each passed one at a time "
                    "through every stage up to the batch: one example per record")

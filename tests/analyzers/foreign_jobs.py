@@ -28,6 +28,9 @@ MODE:
 - `small_files` / `packed_files`: Keras fit on 8,192 examples of 260 bytes, one file per example
   read by `tf.io.read_file` in a map (the layout of per-sample image or .npy datasets), or the
   same bytes packed one batch per TFRecord and decoded a batch at a time.
+- `many_shards` / `few_shards`: Keras fit on 32,768 examples of 260 bytes in TFRecord files of
+  32-example records read by a 4-way parallel interleave: 1,024 files of one record each
+  (over-sharded: 8 files opened per step at batch 256), or 8 files of 128 records.
 - `cold_small_reads` / `cold_large_reads`: Keras fit on 544 MB of TFRecords (16 KB of payload
   per example) kept cold (the reference trainer's page-cache evictor: dropped from the cache,
   readahead off), read by 16 readers with 4 KB buffers or by 4 with 256 KB buffers; no profiler
@@ -388,6 +391,25 @@ elif mode in ("small_files", "packed_files"):
               .map(lambda r: split(tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, 65))))
               .prefetch(2))
     fit_timed(mlp(64, 256), ds, timed=200, then=20)  # packed steps take ~2 ms
+elif mode in ("many_shards", "few_shards"):
+    # The same 32,768 examples (64 features and a label) in 32-example records: 1,024 files of
+    # one record (written a few records per task, a common output of sharded ETL jobs), or 8.
+    n_files, per_record = (1024 if mode == "many_shards" else 8), 32
+    folder = Path(tempfile.mkdtemp(prefix="shards-"))
+    files = [str(folder / f"part-{i:05d}.tfrecord") for i in range(n_files)]
+    for path in files:
+        with tf.io.TFRecordWriter(path) as w:
+            for _ in range(32768 // n_files // per_record):
+                w.write(rng.normal(size=(per_record, 65)).astype("float32").tobytes())
+
+    def parse(r):
+        v = tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, 65))
+        return v[:, :64], tf.cast(v[:, 64:] > 0, tf.float32)
+    ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
+          .interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=4)
+          .map(parse).unbatch().batch(256).prefetch(2))
+    fit_timed(mlp(64, 256), ds, timed=300, then=40)
+    shutil.rmtree(folder, ignore_errors=True)
 elif mode in ("cold_small_reads", "cold_large_reads"):
     # Keras fit on 544 MB of records, 16 KB of payload per example (the rest of a log line),
     # read cold as from storage far larger than RAM: the reference trainer's evictor drops the

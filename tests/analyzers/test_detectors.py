@@ -123,6 +123,41 @@ def test_a_file_per_batch_is_not_a_file_per_example(tmp_path):
     assert f is None or "per_example_files" not in f.numbers["causes"]
 
 
+def _files_opened(per_step: int):
+    """`per_step` input files opened a step: each open makes the reader's iterator (and its
+    interleave element's) and reads the file's one record."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_data_parallel_interleave_worker_pool/60", line_id=60)
+        gap = 60 * MS // max(per_step, 1)
+        for k in range(per_step):
+            t = t0 + 1000 + k * gap
+            line.event("MakeIterator::FlatMapDataset", t, 50_000)
+            line.event("MakeIterator::TFRecordDataset", t + 10_000, 5_000)
+            line.event(f"{PIPE}[{100 + i * per_step + k}]::FlatMap::TFRecord", t + 60_000, 20_000)
+            line.event(f"{PIPE}[{100 + i * per_step + k}]::FlatMap::TFRecord", t + 90_000, 5_000)
+    return add
+
+
+def test_small_files_are_named_with_fewer_larger_files_as_the_remedy(tmp_path):
+    """Readers waiting on storage, 8 files opened a step of one record each: the cause is the
+    files' size, and the finding input_preprocessing's, not a plain io_stall."""
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_files_opened(8))
+    f = by_id(analyze(run))
+    assert "io_stall" not in f
+    g = f["input_preprocessing"]
+    assert g.numbers["causes"] == ["small_files"], g.evidence
+    assert "8.0 input files opened per step" in " ".join(g.evidence)
+    assert "fewer, larger files" in g.remedy
+    assert g.severity == "high"
+
+
+def test_a_file_opened_now_and_then_is_not_small_files(tmp_path):
+    """One open a step (each file holds a step's data or more): storage waits stay io_stall's."""
+    _, run = host_trace(tmp_path, wait_ms=60, per_step=_files_opened(1))
+    f = by_id(analyze(run))
+    assert "io_stall" in f and "input_preprocessing" not in f
+
+
 def test_per_example_parsing_is_input_preprocessing_not_io(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5)
     f = by_id(analyze(run))

@@ -321,6 +321,20 @@ def test_a_file_per_example(foreign):
         assert g.id not in ("input_preprocessing", "io_stall") or g.severity == "low", g
 
 
+def test_over_sharded_records_are_named(foreign):
+    """A Keras job over 1,024 one-record TFRecord files opens 8 a step: the cause named is the
+    small files, with fewer larger files as the remedy; the same records in 8 files leave no
+    such cause and no medium or high input finding."""
+    f = {f.id: f for f in analyze(foreign("many_shards")).findings}["input_preprocessing"]
+    assert f.severity in ("medium", "high"), f
+    assert "small_files" in f.numbers["causes"], f.evidence
+    assert "fewer, larger files" in f.remedy
+    few = analyze(foreign("few_shards"))
+    for g in few.findings:
+        assert "small_files" not in g.numbers.get("causes", ()), g
+        assert g.id not in ("input_preprocessing", "io_stall") or g.severity == "low", g
+
+
 @pytest.mark.parametrize("mode", ["generator", "eager", "retrace", "mirrored4", "records_gzip"])
 def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path, mode):
     """The same profile as Chrome trace JSON (xprof's trace_viewer conversion, what older TF wrote
