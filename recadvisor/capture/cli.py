@@ -184,6 +184,7 @@ class Capture:
         self.imported = False
         self.window: dict[str, Any] = {}
         self.errors: list[str] = []
+        self.untraced: dict[str, Any] | None = None  # the step function before the window
         self.interrupted = 0
         self.written = False
         self.sampler_summary: dict[str, Any] | None = None
@@ -296,7 +297,12 @@ class Capture:
             (self.control / ACK_WAIT_NOTE).touch()
         elif kind == "started":
             self.window["start_unix_ns"] = ev["start_ns"]
-            self._say(f"profiling pid {ev['pid']} ({self._window_text()})")
+            self.untraced = ev.get("untraced")
+            before = ("" if not self.untraced else
+                      f"; before it, {self.untraced['function']} took "
+                      f"{self.untraced['p50']:.1f} ms per call, median of "
+                      f"{self.untraced['steps']}")
+            self._say(f"profiling pid {ev['pid']} ({self._window_text()}{before})")
         elif kind == "stopping":
             self.window["end_unix_ns"] = ev["end_ns"]
             self.window["stop_reason"] = ev.get("reason")
@@ -402,11 +408,20 @@ class Capture:
             },
             # Throughput inside the profiled window (slowed by the tracer; see trace-signals.md).
             "samples_per_s": steps_per_s * bs if steps_per_s and bs else None,
+            # The step function's calls before the window, untraced (the trainer's key): the
+            # analyzer's reference for how much the profiler slowed the steps.
+            "step_time_ms": self._untraced_steps(w),
             "profile_window": w,
             "errors": self.errors,
             "host": host_facts(),
             "run_dir": str(run_dir),
         }
+
+    def _untraced_steps(self, window: dict[str, Any]) -> dict[str, Any] | None:
+        u = self.untraced
+        if not u or (window.get("step_function") not in (None, u["function"])):
+            return None  # timed another function than the one the window counted
+        return {**u, "measured": "before the profile window, untraced"}
 
     def _cleanup(self) -> None:
         shutil.rmtree(self.control, ignore_errors=True)

@@ -259,6 +259,31 @@ def test_steps_window_holds_n_whole_steps(tmp_path, job):
 
 
 @pytest.mark.slow
+def test_the_untraced_step_time_before_the_window_is_recorded(tmp_path, job):
+    """The step function's calls before the window give the untraced step time (the metadata's
+    `step_time_ms`, which the analyzer compares the profiled steps with): the cadence of the
+    job's own step markers before the window."""
+    logdir = tmp_path / "logdir"
+    proc = capture(
+        "--logdir", str(logdir), "--delay", "6", "--steps", "5", "--",
+        sys.executable, str(job), "8", str(tmp_path / "marks.json"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((run_dir_of(logdir) / METADATA_FILE).read_text())
+    start = meta["profile_window"]["start_unix_ns"]
+    marks = json.loads((tmp_path / "marks.json").read_text())
+    before = [b - a for a, b in zip(marks, marks[1:], strict=False) if b < start]
+    untraced = meta["step_time_ms"]
+    if len(before) < 8:  # TensorFlow took most of the delay to import: nothing to time
+        assert untraced is None, untraced
+        return
+    assert untraced["function"] == "train_step" and untraced["steps"] >= 5
+    expected = sorted(before)[len(before) // 2] / 1e6
+    assert untraced["p50"] == pytest.approx(expected, rel=0.25), (untraced, expected)
+    assert "took" in proc.stderr and "per call, median of" in proc.stderr
+
+
+@pytest.mark.slow
 def test_a_crashing_command_keeps_its_code_and_the_capture(tmp_path, job):
     """Through a shell wrapper, so the profiled Python is a grandchild."""
     logdir = tmp_path / "logdir"

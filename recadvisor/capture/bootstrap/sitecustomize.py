@@ -18,10 +18,15 @@ and other Pythons in the tree stay untouched) and runs the profile window itself
   what was traced is written.
 
 Every top-level `tf.function` call is counted (one dict increment), so the window reports the
-number of steps it holds. Events go to `<control>/events.jsonl` as JSON lines for the parent.
+number of steps it holds. Before the window, the end time of each call is kept too (the last
+`UNTRACED_KEEP` per function): when the window opens, the intervals between the step function's
+calls give the untraced step time, the reference the analyzer compares the profiled steps with
+(the profiler slows what emits most events; docs/trace-signals.md, "The profiler's own cost").
+Events go to `<control>/events.jsonl` as JSON lines for the parent.
 Standard library plus TensorFlow only: the command may run another interpreter than recadvisor's.
 """
 
+import collections
 import json
 import os
 import sys
@@ -51,6 +56,8 @@ def _chain_to_shadowed_sitecustomize():
 
 
 WAITING, ARMED, RUNNING, DONE = "waiting", "armed", "running", "done"
+UNTRACED_KEEP = 512  # call end times kept per function before the window
+MIN_UNTRACED_STEPS = 5  # intervals needed to report an untraced step time
 
 
 class _Window:
@@ -64,6 +71,7 @@ class _Window:
         self.calls = {}  # id(function) -> [name, top-level calls]; reset when the window starts
         self.target = None  # id of the step function (steps mode)
         self.steps_before = {}  # id(function) -> (name, calls) when the window started
+        self.ends = {}  # id(function) -> perf_counter_ns of its last calls' ends, before the window
         self.stop_requested = threading.Event()
         self.start_ns = 0
         self._events = os.open(
@@ -120,8 +128,24 @@ class _Window:
             self.start_ns = time.time_ns()
             self.state = RUNNING
             self.steps_before = {k: (v[0], v[1]) for k, v in self.calls.items()}
-            self.emit("started", start_ns=self.start_ns)
+            self.emit("started", start_ns=self.start_ns, untraced=self.untraced_steps())
             return True
+
+    def untraced_steps(self):
+        """The step function's call intervals before the window, in ms (median, p90, mean), or
+        None when it made fewer than MIN_UNTRACED_STEPS of them. The first interval goes: it may
+        hold the second call's tracing."""
+        key = self.target
+        if key is None and self.calls:
+            key = max(self.calls, key=lambda k: self.calls[k][1])
+        ends = list(self.ends.get(key, ()))
+        gaps = sorted((ends[i + 1] - ends[i]) / 1e6 for i in range(1, len(ends) - 1))
+        if len(gaps) < MIN_UNTRACED_STEPS:
+            return None
+        return {"function": self.calls[key][0], "steps": len(gaps),
+                "p50": round(gaps[len(gaps) // 2], 4),
+                "p90": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.9))], 4),
+                "mean": round(sum(gaps) / len(gaps), 4)}
 
     def stop(self, reason):
         with self.lock:
@@ -163,6 +187,11 @@ class _Window:
         if entry is None:
             entry = self.calls[id(fn)] = [getattr(fn, "__name__", None) or repr(fn)[:80], 0]
         entry[1] += 1
+        if self.state in (WAITING, ARMED):
+            ends = self.ends.get(id(fn))
+            if ends is None:
+                ends = self.ends[id(fn)] = collections.deque(maxlen=UNTRACED_KEEP)
+            ends.append(time.perf_counter_ns())
         if self.state == ARMED and self.cfg.get("steps"):
             self.start()
 
