@@ -51,9 +51,33 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
         "resolved": [{"id": i, "severity": f["severity"]} for i, f in ids_a.items()
                      if i not in ids_b],
         "new": [{"id": i, "severity": f["severity"]} for i, f in ids_b.items() if i not in ids_a],
-        "remaining": [{"id": i, "before": ids_a[i]["severity"], "after": ids_b[i]["severity"]}
-                      for i in ids_a if i in ids_b],
+        "remaining": [_remaining(ids_a[i], ids_b[i]) for i in ids_a if i in ids_b],
     }
+
+
+def _remaining(fa: dict[str, Any], fb: dict[str, Any]) -> dict[str, Any]:
+    """A finding in both reports: its severity and estimate each side, and, for findings that
+    name causes (input_preprocessing), which causes the change removed and which it brought:
+    a fix of one cause leaves the finding standing on the others."""
+    out = {"id": fa["id"], "before": fa["severity"], "after": fb["severity"],
+           "speedup_before": fa["impact"]["estimated_speedup"],
+           "speedup_after": fb["impact"]["estimated_speedup"]}
+    ca = fa["evidence"]["numbers"].get("causes")
+    cb = fb["evidence"]["numbers"].get("causes")
+    if ca is not None or cb is not None:
+        out["causes_resolved"] = sorted(set(ca or ()) - set(cb or ()))
+        out["causes_new"] = sorted(set(cb or ()) - set(ca or ()))
+    return out
+
+
+def remaining_text(x: dict[str, Any]) -> str:
+    """A remaining finding's change: severities, estimates, causes removed and brought."""
+    parts = [f"{x['before']} -> {x['after']}",
+             f"est. {x['speedup_before']:.2f}x -> {x['speedup_after']:.2f}x"]
+    for key, label in (("causes_resolved", "resolved"), ("causes_new", "new")):
+        if x.get(key):
+            parts.append(f"{label}: {', '.join(c.replace('_', ' ') for c in x[key])}")
+    return "; ".join(parts)
 
 
 def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
@@ -85,6 +109,6 @@ def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
     for label in ("resolved", "new"):
         items = ", ".join(f"{x['id']} ({x['severity']})" for x in d[label]) or "none"
         out.append(f"{label}: {items}")
-    rem = ", ".join(f"{x['id']} ({x['before']} -> {x['after']})" for x in d["remaining"])
+    rem = ", ".join(f"{x['id']} ({remaining_text(x)})" for x in d["remaining"])
     out.append(f"remaining: {rem or 'none'}")
     return "\n".join(out) + "\n"

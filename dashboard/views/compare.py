@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analyzers.diff import diff_reports
+from analyzers.diff import diff_reports, remaining_text
 from dashboard import charts, ui
 
 st.title("Compare")
@@ -54,7 +54,7 @@ st.plotly_chart(charts.compare_breakdown(d), key="compare_breakdown")
 groups = (
     ("Resolved", [f":green[resolved] `{f['id']}` (was {f['severity']})" for f in d["resolved"]]),
     ("New", [f":orange[new] `{f['id']}` ({f['severity']})" for f in d["new"]]),
-    ("Remaining", [f"`{f['id']}`: {f['before']} → {f['after']}" for f in d["remaining"]]),
+    ("Remaining", [f"`{f['id']}`: {remaining_text(f)}" for f in d["remaining"]]),
 )
 for col, (title, lines) in zip(st.columns(3), groups, strict=True):
     with col:

@@ -103,6 +103,24 @@ def test_diff_names_resolved_findings_and_speedup(tmp_path, capsys):
     assert {"id": "io_stall", "severity": "high"} in d["resolved"]
 
 
+def test_diff_says_which_causes_of_a_remaining_finding_went(tmp_path, capsys):
+    """Packing small files into larger ones leaves the per-example parsing: input_preprocessing
+    remains, and the diff says which of its causes the change removed."""
+    from tests.analyzers.test_detectors import _files_opened
+
+    host_trace(tmp_path / "before", wait_ms=60, parse_ops=120, parse_op_ms=0.5,
+               per_step=_files_opened(8))
+    host_trace(tmp_path / "after", wait_ms=60, parse_ops=120, parse_op_ms=0.5)
+    dirs = [str(tmp_path / "before"), str(tmp_path / "after")]
+    assert main(["diff", *dirs, "--format", "json"]) == 0
+    rem = {x["id"]: x for x in json.loads(capsys.readouterr().out)["remaining"]}
+    x = rem["input_preprocessing"]
+    assert x["causes_resolved"] == ["small_files"] and x["causes_new"] == []
+    assert x["speedup_before"] > 1 and x["speedup_after"] > 1
+    assert main(["diff", *dirs]) == 0
+    assert "resolved: small files" in capsys.readouterr().out
+
+
 def test_analyzer_path_never_imports_tensorflow(tmp_path):
     host_trace(tmp_path, wait_ms=60)
     target = str(tmp_path)
