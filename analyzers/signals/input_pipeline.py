@@ -69,7 +69,7 @@ class InputPipeline:
     records_per_step: float  # record-reader calls per step and host: records read one by one
     file_reads_per_step: float  # whole files read by map functions (tf.io.read_file), per host
     file_read_ms_per_step: float
-    files_opened_per_step: float  # reader iterators made per step and host: input files opened
+    files_opened_per_step: float  # reader iterators made in the median step, per host: files opened
     records_per_file: float | None  # record-reader calls per file opened (record readers)
     files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
@@ -119,7 +119,11 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
-    opens = ctx.in_steps(name=_READER_ITERATOR.match, columns=("host",))["host"]
+    opens = ctx.in_steps(name=_READER_ITERATOR.match, columns=("host", "step_idx"))
+    # The median step's opens: a new iterator (each Keras fit makes one) opens cycle_length and
+    # its prefetched elements at once, a burst in one step that is no file size.
+    opened = float(np.median(np.bincount(opens["step_idx"].to_numpy(), minlength=n))) / max(
+        opens["host"].nunique(), 1) if len(opens) else 0.0
     records = int(is_record.sum())
     # Concurrency of reads: the direct children of interleave elements (one per open input),
     # or the reader stages themselves when there is no interleave.
@@ -164,7 +168,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         file_reads_per_step=int(is_file_op.sum()) / n / max(
             work["host"][is_file_op].nunique(), 1),
         file_read_ms_per_step=float(dur.sum(where=is_file_op)) / 1e6 / n,
-        files_opened_per_step=len(opens) / n / max(opens.nunique(), 1),
+        files_opened_per_step=opened,
         # Each file's last reader call finds its end: one call per record, plus one.
         records_per_file=max(records / len(opens) - 1, 0.0) if len(opens) and records else None,
         files=_files_opened(ctx),
@@ -233,8 +237,8 @@ MIN_RECORDS_PER_STEP = 64
 MIN_FILES_PER_STEP = 16
 # Input files opened per step beyond which each holds less than half a step's data: every open
 # makes a reader iterator (and its interleave element) on the input threads and reaches storage
-# before the first record. A Keras job over 1,024 one-record files opened 7.6 a step (1.6x the
-# untraced step of the same data in 8 files); the reference trainer's 16 shards 0.4-0.5
+# before the first record. A Keras job over 1,024 one-record files opened 7-8 a step (1.7x the
+# untraced step of the same data in 8 files); the reference trainer's 16 shards none (mean 0.4-0.5)
 # (docs/trace-signals.md, "Jobs that are not ours").
 MIN_OPENS_PER_STEP = 2.0
 
@@ -306,7 +310,8 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
         held = ("" if pipe.records_per_file is None else
                 f", {pipe.records_per_file:.1f} record(s) in each")
         causes["small_files"] = (
-            f"{pipe.files_opened_per_step:.1f} input files opened per step{held}: small files, "
+            f"{pipe.files_opened_per_step:g} input files opened per step (median){held}: small "
+            "files, "
             "each a new reader iterator set up on the input threads and a new open and first read "
             "from storage before its records flow")
     if pipe.records_per_step >= MIN_RECORDS_PER_STEP:
