@@ -24,7 +24,7 @@ from analyzers.signals.input_pipeline import (
     input_wait_ranges,
     pipeline_causes,
 )
-from analyzers.signals.os_sampler import core_sharing, summarize
+from analyzers.signals.os_sampler import core_sharing, read_volume, summarize
 
 ID = "input_preprocessing"
 MIN_WAIT = 0.02
@@ -145,6 +145,9 @@ def detect(ctx: Context) -> Finding | None:
     evidence.append(estimate)
     evidence.extend(causes.values())
     evidence.append(cpu_note)
+    volume = read_volume(ctx)
+    if volume:
+        evidence.append(volume.note())
     changes: dict = {}
     remedies = []
     for cause in causes:
@@ -175,7 +178,8 @@ def detect(ctx: Context) -> Finding | None:
                  "input_op_ms_per_step": round(pipe.input_op_ms_per_step, 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2),
-                 "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6]},
+                 "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6],
+                 **(volume.numbers() if volume else {})},
         top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,

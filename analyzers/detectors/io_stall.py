@@ -17,7 +17,7 @@ from analyzers.signals.input_pipeline import (
     pipeline_causes,
     some_paths,
 )
-from analyzers.signals.os_sampler import summarize
+from analyzers.signals.os_sampler import read_volume, summarize
 
 ID = "io_stall"
 MIN_WAIT = 0.02
@@ -54,6 +54,12 @@ def detect(ctx: Context) -> Finding | None:
     if pipe.files:
         evidence.append(f"the readers opened {len(pipe.files)} file(s) in the profile: "
                         f"{some_paths(pipe.files)}")
+    # How much the readers bring in, and from where: a rate near the storage's own says
+    # bandwidth (faster storage, caching), a low one with many opens says latency (more reads in
+    # flight, larger files).
+    volume = read_volume(ctx)
+    if volume:
+        evidence.append(volume.note())
     saved = 1 - max(1 - wait, 1 / READ_PARALLELISM_GAIN)
     evidence.append(f"estimate: {READ_PARALLELISM_GAIN:.0f}x the reads in flight produce batches "
                     f"{READ_PARALLELISM_GAIN:.0f}x faster ({speedup_from_saving(saved):.2f}x, "
@@ -78,8 +84,9 @@ def detect(ctx: Context) -> Finding | None:
                  "speedup_if_wait_removed": round(speedup_from_saving(wait), 3),
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2),
-                 "files_opened": len(pipe.files)},
+                 "files_opened": len(pipe.files), **(volume.numbers() if volume else {})},
         top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )
+

@@ -373,3 +373,64 @@ def _device_read_mb(ctx: Context) -> float | None:
     by_pid = p.groupby("pid")["read_bytes"] if "pid" in p else p["read_bytes"]
     grown = by_pid.max() - by_pid.min()
     return float(np.sum(grown)) / 1e6
+
+
+@dataclass
+class ReadVolume:
+    """What the sampled processes read over the steps (/proc/<pid>/io, cumulative counters)."""
+
+    mb_per_s: float  # bytes returned by read calls (rchar): page cache, network FS, pipes too
+    device_mb_per_s: float | None  # bytes from block devices (read_bytes)
+    step_s: float  # the mean step
+
+    @property
+    def mb_per_step(self) -> float:
+        return self.mb_per_s * self.step_s
+
+    @property
+    def device_mb_per_step(self) -> float | None:
+        return None if self.device_mb_per_s is None else self.device_mb_per_s * self.step_s
+
+    def numbers(self) -> dict[str, float | None]:
+        device = self.device_mb_per_step
+        return {"read_mb_per_step": round(self.mb_per_step, 3),
+                "read_mb_per_s": round(self.mb_per_s, 1),
+                "device_read_mb_per_step": None if device is None else round(device, 3)}
+
+    def note(self) -> str:
+        device = self.device_mb_per_step
+        if device is None:
+            where = ""
+        elif device < 0.05 * self.mb_per_step:
+            where = (", almost none of it from block devices (the page cache served it, or a "
+                     "network file system, which counts only here)")
+        elif device <= 1.1 * self.mb_per_step:
+            where = f", {device:.2f} MB of it from block devices ({self.device_mb_per_s:.0f} MB/s)"
+        else:
+            where = (f"; block devices delivered more, {device:.2f} MB per step "
+                     f"({self.device_mb_per_s:.0f} MB/s): readahead that went unused or was "
+                     "dropped from the page cache before it was read")
+        return (f"sampler: the process read {self.mb_per_step:.2f} MB per step through read "
+                f"calls ({self.mb_per_s:.0f} MB/s over the steps){where}")
+
+
+def read_volume(ctx: Context) -> ReadVolume | None:
+    """None without the sampler's `rchar_bytes` (logdirs sampled before 2026-11-24) or with
+    fewer than two process rows over the steps."""
+    p = ctx.run.process
+    if p is None or p.empty or "rchar_bytes" not in p or not ctx.steps.found:
+        return None
+    p = _within_steps(p, ctx)
+    p = p[p["rchar_bytes"] >= 0]  # -1: /proc/<pid>/io was unreadable at that sweep
+    span = (p["t_ns"].max() - p["t_ns"].min()) / 1e9 if len(p) > 1 else 0.0
+    if span <= 0:
+        return None
+    groups = p.groupby("pid") if "pid" in p else None
+
+    def grown(col: str) -> float:
+        g = groups[col] if groups is not None else p[col]
+        return float(np.sum(g.max() - g.min())) / 1e6
+
+    return ReadVolume(mb_per_s=grown("rchar_bytes") / span,
+                      device_mb_per_s=grown("read_bytes") / span if "read_bytes" in p else None,
+                      step_s=ctx.steps.mean_step_ns() / 1e9)

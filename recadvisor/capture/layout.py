@@ -15,7 +15,10 @@ Sampler files are Parquet, one row per sample:
 - `<host>.process.parquet` — one row per sample: `ts_ns` int64, `pid` int32, `cpu_percent` float64
   (process, 100 = one core), `rss_bytes` int64, `read_bytes`, `write_bytes` int64 (cumulative,
   /proc/<pid>/io), `num_threads` int32, `system_cpu_percent` float64 (whole machine,
-  100 = all cores), `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32.
+  100 = all cores), `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32,
+  `user_s`, `system_s` float64 (cumulative process CPU seconds), `rchar_bytes` int64 (cumulative
+  bytes returned by read calls, page cache and network file systems included; since 2026-11-24,
+  absent before).
 """
 
 THREADS_SUFFIX = ".threads.parquet"

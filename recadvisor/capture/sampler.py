@@ -87,11 +87,13 @@ def parse_task_stat(text: bytes | str) -> TaskStat:
     )
 
 
-def parse_proc_io(text: bytes | str) -> tuple[int, int]:
-    """`/proc/<pid>/io` -> (read_bytes, write_bytes): bytes that went to or came from storage."""
+def parse_proc_io(text: bytes | str) -> tuple[int, int, int]:
+    """`/proc/<pid>/io` -> (read_bytes, write_bytes, rchar): bytes that came from or went to
+    block devices, and bytes returned by read calls, whatever served them (page cache, network
+    file systems, pipes)."""
     raw = text.decode() if isinstance(text, bytes) else text
     fields = dict(line.split(":", 1) for line in raw.splitlines() if ":" in line)
-    return int(fields["read_bytes"]), int(fields["write_bytes"])
+    return int(fields["read_bytes"]), int(fields["write_bytes"]), int(fields["rchar"])
 
 
 class CpuTimes(NamedTuple):
@@ -244,14 +246,14 @@ class Sampler:
             self._sweep_ts.append(ts)
             self._sweep_rows.append(len(rows) - n)
             proc = parse_task_stat(pstat)
-            rd, wr = -1, -1
+            rd, wr, rchar = -1, -1, -1
             if io:
                 with contextlib.suppress(KeyError, ValueError):
-                    rd, wr = parse_proc_io(io)
+                    rd, wr, rchar = parse_proc_io(io)
             cpu = parse_proc_stat_cpu(sysl)
             prows.append(
                 (ts, proc.utime_ticks, proc.stime_ticks, proc.rss_pages * PAGE_SIZE, rd, wr,
-                 proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks)
+                 proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks, rchar)
             )  # fmt: skip
         self._raw.clear()
 
@@ -352,8 +354,8 @@ class Sampler:
             }
         )
         m = len(self._prows)
-        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 10)
-        ts, user, system, rss, rd, wr, nth, tot, idle, iow = p.T
+        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 11)
+        ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar = p.T
         cpu_pct = np.zeros(m)
         sys_pct = np.zeros(m)
         if m > 1:
@@ -381,6 +383,7 @@ class Sampler:
                 # of these over longer windows are not.
                 "user_s": pa.array(user / CLK_TCK),
                 "system_s": pa.array(system / CLK_TCK),
+                "rchar_bytes": pa.array(rchar, pa.int64()),
             }
         )
         return threads, process

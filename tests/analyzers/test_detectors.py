@@ -366,6 +366,29 @@ def test_contention_from_input_threads_needs_sampler_data(tmp_path):
     assert "input_preprocessing" not in by_id(analyze(run))
 
 
+@pytest.mark.parametrize(("rchar", "device", "said"), [
+    (50.0, 0.0, "almost none of it from block devices"),
+    (50.0, 40.0, "4.00 MB of it from block devices (40 MB/s)"),
+    (50.0, 80.0, "block devices delivered more, 8.00 MB per step (80 MB/s): readahead"),
+    (None, 40.0, None),  # sampled before rchar_bytes existed: nothing said
+])
+def test_storage_waits_say_how_much_was_read_and_from_where(tmp_path, rchar, device, said):
+    """Readers waiting with the CPU idle: the sampler's read counters give the bytes a step
+    brings in (100 ms steps) and the share block devices served."""
+    _, run = host_trace(tmp_path, wait_ms=60)
+    write_sampler(run, _sweeps(100, 60, input_running=0), n_cpus=2, cpu_percent=30,
+                  read_mb_per_s=device, rchar_mb_per_s=rchar)
+    f = by_id(analyze(run))["io_stall"]
+    notes = [e for e in f.evidence if "through read calls" in e]
+    if said is None:
+        assert notes == [] and "read_mb_per_step" not in f.numbers
+        return
+    assert f.numbers["read_mb_per_s"] == pytest.approx(rchar, rel=0.02)
+    assert f.numbers["read_mb_per_step"] == pytest.approx(rchar * 0.1, rel=0.05)
+    assert f.numbers["device_read_mb_per_step"] == pytest.approx(device * 0.1, rel=0.05, abs=1e-6)
+    assert len(notes) == 1 and "read 5.00 MB per step" in notes[0] and said in notes[0], notes
+
+
 @pytest.mark.parametrize("case", ["model alone runs", "producers only read", "no producers"])
 def test_runnable_threads_without_cpu_bound_producers_are_not_contention(tmp_path, case):
     if case == "model alone runs":  # the map ops are there, but their threads sleep

@@ -136,9 +136,12 @@ def gpu_trace(
 
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
-                  cpu_percent: float = 100.0, read_mb_per_s: float = 0.0) -> None:
+                  cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
+                  rchar_mb_per_s: float | None = None) -> None:
     """Sampler files in the layout of recadvisor/capture/layout.py; `threads` has t_ms, tid,
-    name, state, user_s, system_s; the process reads `read_mb_per_s` from the device."""
+    name, state, user_s, system_s; the process reads `read_mb_per_s` from the device, and
+    `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
+    2026-11-24)."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -146,11 +149,15 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     th["blkio_ticks"] = 0
     th.to_parquet(run_dir / "host.threads.parquet")
     ts = sorted(th["ts_ns"].unique())
-    read = ((np.asarray(ts) - t0) / 1e9 * read_mb_per_s * 1e6).astype("int64")
-    pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
-                  "read_bytes": read, "write_bytes": 0, "num_threads": th["tid"].nunique(),
-                  "system_cpu_percent": cpu_percent / n_cpus, "iowait_s": 0.0,
-                  "n_cpus": n_cpus}).to_parquet(run_dir / "host.process.parquet")
+    secs = (np.asarray(ts) - t0) / 1e9
+    process = pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
+                            "read_bytes": (secs * read_mb_per_s * 1e6).astype("int64"),
+                            "write_bytes": 0, "num_threads": th["tid"].nunique(),
+                            "system_cpu_percent": cpu_percent / n_cpus, "iowait_s": 0.0,
+                            "n_cpus": n_cpus})
+    if rchar_mb_per_s is not None:
+        process["rchar_bytes"] = (secs * rchar_mb_per_s * 1e6).astype("int64")
+    process.to_parquet(run_dir / "host.process.parquet")
 
 
 def thread_samples(duration_ms: float, hz: float,

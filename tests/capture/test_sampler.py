@@ -116,7 +116,7 @@ def test_parse_rejects_garbage():
 
 
 def test_parse_io_and_proc_stat():
-    assert parse_proc_io(IO_TEXT) == (318390272, 0)
+    assert parse_proc_io(IO_TEXT) == (318390272, 0, 319325628)
     cpu = parse_proc_stat_cpu(PROC_STAT_TEXT)
     assert cpu.iowait_ticks == 52013
     assert cpu.total_ticks == 512037 + 105636 + 2764819 + 52013 + 905 + 5921
@@ -215,6 +215,33 @@ def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     assert str(process.schema.field("n_cpus").type) == "int32"
     summary = s.summary()
     assert summary["samples"] == len(pr) and 40 <= summary["achieved_hz"] <= 60
+
+
+def test_bytes_read_from_the_page_cache_count_in_rchar(tmp_path):
+    """A process re-reading a cached 4 MB file: block-device reads stay flat (read_bytes) while
+    the bytes its read calls returned grow (rchar_bytes)."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    code = ("import sys, time\nprint('ready', flush=True)\nt = time.time()\n"
+            "while time.time() - t < 30:\n    open(sys.argv[1], 'rb').read()\n"
+            "    time.sleep(0.05)\n")
+    p = subprocess.Popen([sys.executable, "-c", code, str(data)], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        s = Sampler(p.pid, hz=20, cpu_budget=None).start()
+        time.sleep(1.0)
+        s.stop()
+        s.write(*sampler_paths(tmp_path, "h"))
+    finally:
+        p.kill()
+        p.wait()
+    pr = _read(tmp_path)[1].to_pandas()
+    assert str(_read(tmp_path)[1].schema.field("rchar_bytes").type) == "int64"
+    assert pr.rchar_bytes.is_monotonic_increasing
+    # ~20 re-reads of 4 MB in 1 s; at least a few whatever the machine's load
+    assert pr.rchar_bytes.iloc[-1] - pr.rchar_bytes.iloc[0] >= 3 * (4 << 20)
+    assert pr.read_bytes.iloc[-1] - pr.read_bytes.iloc[0] < (4 << 20)
 
 
 def test_cpu_budget_slows_the_sampler_but_not_below_the_floor(target):
