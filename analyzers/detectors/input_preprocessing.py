@@ -113,13 +113,15 @@ def detect(ctx: Context) -> Finding | None:
         # the speed it has with the cores to itself. When the profiled steps ran longer than the
         # untraced ones (run metadata), the excess is the profiler's cost on the per-element input
         # side, not on the model's few ops (docs/trace-signals.md, "The profiler's own cost"):
-        # the untraced step is then the step before, unless even the traced compute alone
-        # outlasts it (the profiler slowed the model too: only proportions hold then).
+        # that cost sits in the wait and in the contention both, and the fix removes both, so
+        # the untraced step is the step before, unless even the model's compute alone, at its
+        # uncontended speed, outlasts it (the profiler slowed the model too: only proportions
+        # hold then).
         untraced = ctx.untraced_step_ms
         compute = step_ms * (1 - exposed)
-        inflated = untraced is not None and compute <= untraced < step_ms
-        before = untraced if inflated else step_ms
         after = compute / slowdown
+        inflated = untraced is not None and after <= untraced < step_ms
+        before = untraced if inflated else step_ms
         saved = 1 - after / before if before else 0.0
         step_fraction = exposed + (1 - exposed) * (1 - 1 / slowdown)
         against = (f"the untraced median step ({before:.1f} ms, run metadata; the profiled one "
