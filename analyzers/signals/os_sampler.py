@@ -369,10 +369,13 @@ def _device_read_mb(ctx: Context) -> float | None:
     p = ctx.run.process
     if p is None or p.empty or "read_bytes" not in p:
         return None
-    p = _within_steps(p, ctx)
-    by_pid = p.groupby("pid")["read_bytes"] if "pid" in p else p["read_bytes"]
-    grown = by_pid.max() - by_pid.min()
-    return float(np.sum(grown)) / 1e6
+    return _grown_mb(_within_steps(p, ctx), "read_bytes")
+
+
+def _grown_mb(p: pd.DataFrame, col: str) -> float:
+    """How much a cumulative byte counter grew over the rows, per process summed, in MB."""
+    g = p.groupby("pid")[col] if "pid" in p else p[col]
+    return float(np.sum(g.max() - g.min())) / 1e6
 
 
 @dataclass
@@ -425,12 +428,7 @@ def read_volume(ctx: Context) -> ReadVolume | None:
     span = (p["t_ns"].max() - p["t_ns"].min()) / 1e9 if len(p) > 1 else 0.0
     if span <= 0:
         return None
-    groups = p.groupby("pid") if "pid" in p else None
-
-    def grown(col: str) -> float:
-        g = groups[col] if groups is not None else p[col]
-        return float(np.sum(g.max() - g.min())) / 1e6
-
-    return ReadVolume(mb_per_s=grown("rchar_bytes") / span,
-                      device_mb_per_s=grown("read_bytes") / span if "read_bytes" in p else None,
+    return ReadVolume(mb_per_s=_grown_mb(p, "rchar_bytes") / span,
+                      device_mb_per_s=(_grown_mb(p, "read_bytes") / span if "read_bytes" in p
+                                       else None),
                       step_s=ctx.steps.mean_step_ns() / 1e9)
