@@ -173,8 +173,10 @@ def render_text(report: Report, markdown: bool = False) -> str:
     where = ("in the profiled window" if (report.run.metadata or {}).get("tool")
              == "recadvisor.capture" else "outside the profiler")
     sps = f", {d['samples_per_s']:,.0f} samples/s ({where})" if d["samples_per_s"] else ""
+    untraced = (f"; untraced median {st['untraced_median_ms']:.1f} ms"
+                if st["untraced_median_ms"] else "")
     out.append(f"steps: {st['count']} from {st['source']}, median {st['median_ms']:.1f} ms "
-               f"(p90 {st['p90_ms']:.1f}, max {st['max_ms']:.1f}){sps}")
+               f"(p90 {st['p90_ms']:.1f}, max {st['max_ms']:.1f}){untraced}{sps}")
     if st["left_out"]:
         out.append("left out of every share and estimate: " + "; ".join(
             f"step {e['step']} ({e['dur_ms']:,.1f} ms, {e['x_median']:.1f}x the median: "

@@ -160,8 +160,13 @@ def test_profiler_slowdown_against_the_untraced_steps(tmp_path, capsys, untraced
     assert len(said) == (warned is not None)
     if warned:
         assert warned in said[0] and f"vs {untraced_ms:.1f} ms" in said[0]
-        assert main(["analyze", str(tmp_path)]) == 0
-        assert "warning: the profiled steps took" in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert ("warning: the profiled steps took" in text) == (warned is not None)
+    steps_line = next(line for line in text.splitlines() if line.startswith("steps:"))
+    assert ("untraced median" in steps_line) == (untraced_ms is not None)
+    if untraced_ms is not None:
+        assert f"untraced median {untraced_ms:.1f} ms" in steps_line
 
 
 def test_diff_counts_stalls_the_median_step_hides(tmp_path, capsys):
