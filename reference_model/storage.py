@@ -85,9 +85,13 @@ class PageCacheEvictor:
         self._thread = threading.Thread(target=self._loop, name="page-cache-evictor", daemon=True)
 
     def _mark_open_files(self) -> None:
-        """POSIX_FADV_RANDOM on every descriptor of a data file not yet marked. A descriptor
-        closed and reused between the readlink and the fadvise gets the hint instead: it only
-        turns readahead off for that file."""
+        """POSIX_FADV_RANDOM on every descriptor of a data file, at every scan. Marking only the
+        new (descriptor, path) pairs missed reopens: a reader that finishes a file and opens the
+        same one again (`repeat()` over as many interleave slots as files) gets the number it
+        just freed, for the same path, and a new open file with readahead on (a CI run's 4 KB
+        reads reached the device in large requests). The hint is idempotent and costs a syscall
+        per descriptor. A descriptor closed and reused between the readlink and the fadvise gets
+        the hint instead: it only turns readahead off for that file."""
         try:
             fds = os.listdir("/proc/self/fd")
         except OSError:
@@ -101,14 +105,12 @@ class PageCacheEvictor:
                 continue
             if target not in self._real:
                 continue
-            seen[fd] = target
-            if self._marked.get(fd) == target:
-                continue
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
             except OSError:
                 continue
-        self._marked = seen
+            seen[fd] = target
+        self._marked = seen  # what the last scan marked
 
     def _loop(self) -> None:
         ticks = max(1, round(self.interval_s / self.scan_interval_s))

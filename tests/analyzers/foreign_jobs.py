@@ -425,7 +425,7 @@ elif mode in ("cold_small_reads", "cold_large_reads"):
     files = [str(folder / f"part-{i}.tfrecord") for i in range(n_files)]
     width = 65 + 4096  # features, label, payload floats (16 KB: an image's worth)
     # 544 MB, so that each file stays open ~1.5 s between reopens: the evictor marks a new
-    # descriptor within a few ms, and the reads before that still get readahead.
+    # descriptor within a few ms (every scan), and the reads before that still get readahead.
     payload = rng.normal(size=(per_record, width - 65)).astype("float32")
     for path in files:
         with tf.io.TFRecordWriter(path) as w:

@@ -83,6 +83,26 @@ def test_small_reads_of_marked_descriptors_fetch_no_readahead(data_file):
     assert marked <= READS + 1, marked
 
 
+def test_a_file_reopened_under_the_same_descriptor_is_marked_again(data_file):
+    """A reader that finishes a file and opens it again gets the descriptor number it just
+    freed, for the same path, and a new open file with readahead on: the next scan marks it
+    too."""
+    ev = PageCacheEvictor([str(data_file)])
+    first = os.open(data_file, os.O_RDONLY)
+    ev._mark_open_files()
+    os.close(first)
+    _evict(data_file)
+    again = os.open(data_file, os.O_RDONLY)
+    try:
+        assert again == first  # the lowest free number: the case under test
+        ev._mark_open_files()
+        for _ in range(READS):
+            os.read(again, PAGE)
+        assert _resident_pages(str(data_file)) <= READS + 1
+    finally:
+        os.close(again)
+
+
 def test_only_descriptors_of_the_data_files_are_marked(data_file, tmp_path):
     other = tmp_path / "other.bin"
     other.write_bytes(b"x" * 4096)
