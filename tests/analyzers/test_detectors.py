@@ -1223,6 +1223,19 @@ def test_untraced_time_in_some_steps_is_python_work(tmp_path):
     assert "gc.freeze()" in f.remedy
 
 
+def test_a_stray_small_stall_does_not_hide_a_cycle(tmp_path):
+    """Garbage collections of 500 ms every 5th step, and one step of 23 ms from noise (a CI
+    run's gc.collect() job): the cycle is the major stalls', and its per-cycle saving counts
+    them alone."""
+    durations = _every(5, 500.0)
+    durations[7] = 23.0
+    f = by_id(analyze(_uneven(tmp_path, durations)))["step_stalls"]
+    assert f.numbers["stalled_steps"] == [4, 7, 9, 14, 19, 24]
+    assert f.numbers["period_steps"] == 5 and f.numbers["cause"] == "python_other"
+    # Per 5-step cycle: 490 ms of excess over 4 x 10 + 500 ms.
+    assert f.speedup == pytest.approx(540 / 50, rel=0.01)
+
+
 def test_steps_that_run_longer_with_nothing_new_stay_low(tmp_path):
     def slower(main, comp, t0, i, dur):
         comp.event("dense/MatMul:MatMul", t0 + 9 * MS, int((dur - 10) * MS))

