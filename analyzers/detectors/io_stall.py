@@ -89,4 +89,3 @@ def detect(ctx: Context) -> Finding | None:
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
     )
-

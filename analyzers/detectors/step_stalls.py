@@ -136,18 +136,13 @@ def detect(ctx: Context) -> Finding | None:
     k = int(stalled.sum())
     excess = float((dur[stalled] - median).sum())
     step_numbers = t["step"].to_numpy()[stalled].tolist()
-    rows = np.flatnonzero(stalled)
-    cycle = rows
-    period = _period(rows, n)
-    if period is None:
-        # A stray stall of 2-3x beside a cycle of 50x ones (a CI run's gc.collect() job: steps
-        # 4, 7, 9, 14, 19, 24, step 7 at 2.3x) hides the cycle: the cycle is the major stalls'.
-        cycle = rows[dur[rows] >= MAJOR_STALL_SHARE * dur[rows].max()]
-        period = _period(cycle, n)
-    # Per cycle when periodic: where the window cuts the cycle does not matter then.
-    per_cycle = float((dur[cycle] - median).sum()) / len(cycle)
-    saved = (per_cycle / (period * median + per_cycle) if period
-             else excess / float(dur.sum()))
+    period, cycle = _cycle(np.flatnonzero(stalled), dur, n)
+    if period:
+        # Per cycle: where the window cuts the cycle does not matter then.
+        per_cycle = float((dur[cycle] - median).sum()) / len(cycle)
+        saved = per_cycle / (period * median + per_cycle)
+    else:
+        saved = excess / float(dur.sum())
     if saved < MIN_EXCESS_SHARE:
         return None
     grew = {c: float(t[c].to_numpy()[stalled].sum() - k * np.median(t[c].to_numpy()[typical]))
@@ -330,6 +325,18 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
 
 # Stalls this share of the longest one or more make the cycle when all of them do not.
 MAJOR_STALL_SHARE = 0.5
+
+
+def _cycle(rows: np.ndarray, dur: np.ndarray, n: int) -> tuple[int | None, np.ndarray]:
+    """The period of the stalled rows and the rows that make the cycle. A stray stall of 2-3x
+    beside a cycle of 50x ones (a CI run's gc.collect() job: steps 4, 7, 9, 14, 19, 24, step 7
+    at 2.3x) hides the cycle: then it is the major stalls' (MAJOR_STALL_SHARE)."""
+    period = _period(rows, n)
+    if period is None:
+        major = rows[dur[rows] >= MAJOR_STALL_SHARE * dur[rows].max()]
+        if (period := _period(major, n)) is not None:
+            return period, major
+    return period, rows
 
 
 def _period(rows: np.ndarray, n: int) -> int | None:

@@ -110,6 +110,25 @@ def fit_timed(model: tf.keras.Model, ds: tf.data.Dataset, timed: int, then: int,
         tf.profiler.experimental.stop()
 
 
+def xy(rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Float32 rows of 64 features, a label and any payload -> (features, 0/1 label)."""
+    return rows[..., :64], tf.cast(rows[..., 64:65] > 0, tf.float32)
+
+
+def decode_rows(record: tf.Tensor, width: int = 65) -> tuple[tf.Tensor, tf.Tensor]:
+    """A record of raw float32 rows `width` wide -> (features, label) of its rows."""
+    return xy(tf.reshape(tf.io.decode_raw(record, tf.float32), (-1, width)))
+
+
+def write_shards(files: list[str], per_record: int, rows_of) -> None:
+    """32,768 examples spread evenly over `files`, TFRecord records of `per_record` rows each
+    (`rows_of()` gives a record's float32 rows)."""
+    for path in files:
+        with tf.io.TFRecordWriter(path) as w:
+            for _ in range(32768 // len(files) // per_record):
+                w.write(rows_of().tobytes())
+
+
 def keras_fit(ds: tf.data.Dataset, run_eagerly: bool = False, steps_per_execution: int = 1
               ) -> None:
     model = mlp(64, 256, run_eagerly=run_eagerly, steps_per_execution=steps_per_execution)
@@ -373,24 +392,19 @@ elif mode in ("small_files", "packed_files"):
     batch, n = 256, 8192
     folder = Path(tempfile.mkdtemp(prefix="files-"))
     rows = rng.normal(size=(n, 65)).astype("float32")
-
-    def split(v):
-        return v[..., :64], tf.cast(v[..., 64:] > 0, tf.float32)
     if mode == "small_files":
         paths = [str(folder / f"ex_{i:05d}.bin") for i in range(n)]
         for path, row in zip(paths, rows, strict=True):
             row.tofile(path)
         ds = (tf.data.Dataset.from_tensor_slices(paths).repeat()
-              .map(lambda p: split(tf.io.decode_raw(tf.io.read_file(p), tf.float32)))
+              .map(lambda p: xy(tf.io.decode_raw(tf.io.read_file(p), tf.float32)))
               .batch(batch).prefetch(2))
     else:
         packed = str(folder / "packed.tfrecord")
         with tf.io.TFRecordWriter(packed) as w:
             for b in range(0, n, batch):
                 w.write(rows[b:b + batch].tobytes())
-        ds = (tf.data.TFRecordDataset(packed).repeat()
-              .map(lambda r: split(tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, 65))))
-              .prefetch(2))
+        ds = tf.data.TFRecordDataset(packed).repeat().map(decode_rows).prefetch(2)
     # 60 profiled steps, not 20: the packed job's wait share varies less (~1-2 ms steps).
     fit_timed(mlp(64, 256), ds, timed=200, then=60)
 elif mode in ("many_shards", "few_shards"):
@@ -399,17 +413,10 @@ elif mode in ("many_shards", "few_shards"):
     n_files, per_record = (1024 if mode == "many_shards" else 8), 32
     folder = Path(tempfile.mkdtemp(prefix="shards-"))
     files = [str(folder / f"part-{i:05d}.tfrecord") for i in range(n_files)]
-    for path in files:
-        with tf.io.TFRecordWriter(path) as w:
-            for _ in range(32768 // n_files // per_record):
-                w.write(rng.normal(size=(per_record, 65)).astype("float32").tobytes())
-
-    def parse(r):
-        v = tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, 65))
-        return v[:, :64], tf.cast(v[:, 64:] > 0, tf.float32)
+    write_shards(files, per_record, lambda: rng.normal(size=(per_record, 65)).astype("float32"))
     ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
           .interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=4)
-          .map(parse).unbatch().batch(256).prefetch(2))
+          .map(decode_rows).unbatch().batch(256).prefetch(2))
     # No profiler calls: run it under `recadvisor capture`. Traced by tf.profiler alone (no
     # sampler), only the exposed wait is seen, 4-31% of the step from run to run, while most of
     # the files' cost is their set-up work on the cores the model uses.
@@ -428,21 +435,14 @@ elif mode in ("cold_small_reads", "cold_large_reads"):
     # 544 MB, so that each file stays open ~1.5 s between reopens: the evictor marks a new
     # descriptor within a few ms (every scan), and the reads before that still get readahead.
     payload = rng.normal(size=(per_record, width - 65)).astype("float32")
-    for path in files:
-        with tf.io.TFRecordWriter(path) as w:
-            for _ in range(32768 // n_files // per_record):
-                head = rng.normal(size=(per_record, 65)).astype("float32")
-                w.write(np.concatenate([head, payload], axis=1).tobytes())
+    write_shards(files, per_record, lambda: np.concatenate(
+        [rng.normal(size=(per_record, 65)).astype("float32"), payload], axis=1))
     os.sync()
     small = mode == "cold_small_reads"
-
-    def parse(r):
-        v = tf.reshape(tf.io.decode_raw(r, tf.float32), (-1, width))
-        return v[:, :64], tf.cast(v[:, 64:65] > 0, tf.float32)
     ds = (tf.data.Dataset.from_tensor_slices(files).repeat()
           .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=(4 if small else 256) << 10),
                       cycle_length=16 if small else 4, num_parallel_calls=16 if small else 4)
-          .map(parse).unbatch().batch(batch).prefetch(2))
+          .map(lambda r: decode_rows(r, width)).unbatch().batch(batch).prefetch(2))
     with PageCacheEvictor(files, scan_interval_s=0.005):
         fit_timed(mlp(64, 512, 512), ds, timed=100, then=100, profile=False)
     shutil.rmtree(folder, ignore_errors=True)

@@ -118,7 +118,7 @@ class _Window:
                 device_tracer_level=1,
             )
             if self.cfg.get("steps") and self.calls:
-                self.target = max(self.calls, key=lambda k: self.calls[k][1])
+                self.target = _most_called(self.calls)
             try:
                 tf.profiler.experimental.start(self.cfg["logdir"], options=options)
             except Exception as e:
@@ -135,9 +135,7 @@ class _Window:
         """The step function's call intervals before the window, in ms (median, p90, mean), or
         None when it made fewer than MIN_UNTRACED_STEPS of them. The first interval goes: it may
         hold the second call's tracing."""
-        key = self.target
-        if key is None and self.calls:
-            key = max(self.calls, key=lambda k: self.calls[k][1])
+        key = self.target if self.target is not None else _most_called(self.calls)
         ends = list(self.ends.get(key, ()))
         gaps = sorted((ends[i + 1] - ends[i]) / 1e6 for i in range(1, len(ends) - 1))
         if len(gaps) < MIN_UNTRACED_STEPS:
@@ -175,7 +173,7 @@ class _Window:
         if self.target is not None:
             key = self.target
         elif counts:
-            key = max(counts, key=lambda k: counts[k][1])
+            key = _most_called(counts)
         else:
             return {"step_function": None, "steps": 0}
         name, n = counts.get(key, (self.calls.get(key, ["?"])[0], 0))
@@ -215,6 +213,11 @@ class _Window:
         finally:
             if restore is not None:
                 signal.signal(signal.SIGINT, restore)
+
+
+def _most_called(calls):
+    """The key of {key: [name, calls]} with the most calls (None when empty)."""
+    return max(calls, key=lambda k: calls[k][1]) if calls else None
 
 
 def _one_line(e):
