@@ -9,6 +9,10 @@ whatever its step time: a 60-step window is 2.6 s for `clean` but 30 s for `defa
 "Slower than clean" means every run of the preset is below every clean run: with 5 runs each that
 ordering has a chance of 1 in 252 when the two do not differ (a one-sided rank test, p = 0.004).
 
+An entry may add trainer flags to a preset, `NAME+flag=value+...`:
+`string_hashing+id-hashing=integer` runs `--preset string_hashing --id-hashing integer` (a preset
+beside its fix, in the same rounds).
+
     .venv/bin/python bench/presets.py [--repeats 5] [--presets clean,gzip,...] [--seconds 10]
 """
 
@@ -27,8 +31,22 @@ from rich.table import Table
 from reference_model.presets import PRESETS
 
 
-def run_preset(name: str, steps: int | None, seconds: float, timeout: int) -> dict:
-    cmd = [sys.executable, "-m", "recadvisor", "train", "--preset", name, "--json", "--no-progress"]
+def entry_args(entry: str) -> tuple[str, list[str]]:
+    """`NAME+flag=value+...` -> (preset name, ["--flag", "value", ...])."""
+    name, *extra = entry.split("+")
+    flags: list[str] = []
+    for item in extra:
+        flag, sep, value = item.partition("=")
+        if not (sep and flag and value):
+            raise ValueError(f"{entry!r}: expected NAME+flag=value, got {item!r}")
+        flags += [f"--{flag}", value]
+    return name, flags
+
+
+def run_preset(entry: str, steps: int | None, seconds: float, timeout: int) -> dict:
+    name, flags = entry_args(entry)
+    cmd = [sys.executable, "-m", "recadvisor", "train", "--preset", name, *flags, "--json",
+           "--no-progress"]
     if steps:
         cmd += ["--steps", str(steps)]
     else:
@@ -63,8 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     names = [n for n in args.presets.split(",") if n]
     for n in names:
-        if n not in PRESETS:
-            ap.error(f"unknown preset {n!r}")
+        try:
+            preset = entry_args(n)[0]
+        except ValueError as e:
+            ap.error(str(e))
+        if preset not in PRESETS:
+            ap.error(f"unknown preset {preset!r}")
     if "clean" not in names:
         names.insert(0, "clean")
     runs: dict[str, list[dict]] = {n: [] for n in names}
@@ -122,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratio:.2f}x" if ratio else "",
             slower,
             f"{r['median_wall_s']:.0f}",
-            ", ".join(PRESETS[r["preset"]].expected_findings) or "(none)",
+            ", ".join(PRESETS[entry_args(r["preset"])[0]].expected_findings) or "(none)",
         )
     Console(width=160).print(table)
     if args.json_out:

@@ -24,6 +24,7 @@ ParseMode = Literal["per_example", "batched"]
 CastMode = Literal["pipeline", "host"]
 InputCopy = Literal["distributed", "serial"]
 EmbeddingSplit = Literal["table", "column"]
+IdHashing = Literal["none", "integer", "string"]
 
 
 # Fields that say how long a run lasts and what it profiles, not what it trains: the tuner never
@@ -71,6 +72,11 @@ class TrainConfig:
     bottom_mlp: tuple[int, ...] = (64, 32)
     top_mlp: tuple[int, ...] = (128, 64)
     fused_tables: bool = True
+    # How raw categorical ids become table rows inside the step: "none" (the data holds rows
+    # already, hashed when it was written), "integer" (a multiply/xor-shift/modulo hash), or
+    # "string" (AsString + StringToHashBucketFast, what Keras' Hashing layer and hashed feature
+    # columns do to integer ids; seed 002).
+    id_hashing: IdHashing = "none"
     xla: bool = True
     mixed_precision: bool = False
     dense_lr: float = 1e-3
@@ -186,6 +192,7 @@ _CHOICES = {
     "cast": ("pipeline", "host"),
     "embedding_split": ("table", "column"),
     "input_copy": ("distributed", "serial"),
+    "id_hashing": ("none", "integer", "string"),
 }
 
 

@@ -49,10 +49,13 @@ class EmbeddingShard(tf.Module):
         device: str,
         seed: int,
         dim: int,
+        hashing: str = "none",
     ) -> None:
         super().__init__(name="embedding_shard")
         self.tables = tables
         self.fused = fused
+        self.hashing = hashing
+        self.table_rows = [cardinalities[t] for t in tables]
         lo, hi = col_range
         inits = [table_init(cardinalities[t], dim, t, seed)[:, lo:hi] for t in tables]
         with tf.device(device):
@@ -65,15 +68,43 @@ class EmbeddingShard(tf.Module):
                     tf.Variable(a, name=f"table_{t}") for a, t in zip(inits, tables, strict=True)
                 ]
         self.table_index = tf.constant(tables, tf.int32)
+        self.buckets = tf.constant(self.table_rows, tf.int64)
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         """ids: [B, num_cat] int32 for the global batch -> [B, len(tables), width]."""
         if self.fused:
-            local = tf.gather(ids, self.table_index, axis=1) + self.offsets
-            return tf.gather(self.vars[0], local)
+            local = bucket_ids(tf.gather(ids, self.table_index, axis=1), self.buckets,
+                               self.hashing)
+            return tf.gather(self.vars[0], local + self.offsets)
+        # Unfused, one hashing per feature, as one Keras Hashing layer per feature does.
         return tf.stack(
-            [tf.gather(v, ids[:, t]) for v, t in zip(self.vars, self.tables, strict=True)], 1
+            [tf.gather(v, bucket_ids(ids[:, t], n, self.hashing))
+             for v, t, n in zip(self.vars, self.tables, self.table_rows, strict=True)], 1
         )
+
+
+# Knuth's multiplicative constant; ids below 2**31 times it stay below 2**63 (no int64 overflow).
+_GOLDEN = 2654435761
+_LOW32 = 2**32 - 1
+
+
+def bucket_ids(ids: tf.Tensor, buckets, how: str) -> tf.Tensor:
+    """Raw categorical ids -> rows of tables with `buckets` rows (int32, same shape).
+
+    "none": the ids are rows already. "integer": a 32-bit multiplicative hash. "string": each id
+    formatted as text and fingerprinted (AsString + StringToHashBucketFast, which Keras' Hashing
+    layer and hashed feature columns do to integer ids; grappler fuses the pair into one
+    _TensorToHashBucketFast op, which still formats every id). Either hash is then scaled into
+    the table by multiply-and-shift, not a modulo: int64 division costs as much as the integer
+    hash itself."""
+    if how == "none":
+        return ids
+    with tf.name_scope("hashing"):
+        if how == "string":
+            h = tf.strings.to_hash_bucket_fast(tf.strings.as_string(ids), 2**32)
+        else:
+            h = tf.bitwise.bitwise_and(tf.cast(ids, tf.int64) * _GOLDEN, _LOW32)
+        return tf.cast(tf.bitwise.right_shift(h * buckets, 32), tf.int32)
 
 
 @dataclass
@@ -105,7 +136,8 @@ class HybridDLRM:
             cols = [(i * w, (i + 1) * w) for i in range(self.n)]
             self.restore_order = None
         self.shards = [
-            EmbeddingShard(cardinalities, g, c, cfg.fused_tables, d, cfg.seed, dim)
+            EmbeddingShard(cardinalities, g, c, cfg.fused_tables, d, cfg.seed, dim,
+                           cfg.id_hashing)
             for g, c, d in zip(groups, cols, devices.names, strict=True)
         ]
         self.replicas = [DenseReplica(cfg, num_dense, self.num_cat, d) for d in devices.names]

@@ -43,6 +43,9 @@ _ALL = [
            {"devices": 8}, ("collective_overhead",)),
     Preset("small_ops_no_xla", "no XLA and one embedding table per feature: many tiny ops",
            {"xla": False, "fused_tables": False}, ("kernel_launch_overhead",)),
+    Preset("string_hashing", "raw categorical ids hashed in the step through strings "
+           "(AsString + StringToHashBucketFast, as Keras' Hashing layer does to integers)",
+           {"id_hashing": "string"}, ("preprocessing_in_step",)),
     # One reader per shard (16): with 32, two interleave slots read each file side by side at
     # first, the second from the pages the first had just fetched, and a window early in the
     # run saw half the device reads and 0.5 threads in D (docs/trace-signals.md).

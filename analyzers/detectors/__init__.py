@@ -25,6 +25,7 @@ DETECTOR_IDS = (
     "step_stalls",
     "host_device_pingpong",
     "dense_embedding_update",
+    "preprocessing_in_step",
 )
 
 

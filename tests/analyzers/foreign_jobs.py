@@ -61,6 +61,11 @@ MODE:
   Prints `untraced_step_ms=` without the callback and `untraced_step_ms_checkpoint=` with it.
 - `keras_xla_from_start`: Keras fit of a 64-512-512-1 MLP with `jit_compile=True`, profiled
   from before its first step (its tracing and XLA compilation inside the window).
+- `hashing_in_model` / `hashing_in_pipeline`: Keras fit of a small Criteo-like model (26 raw
+  integer id columns, an 8-wide embedding of 10,000 rows each, 13 numbers, a 64-32-1 MLP) whose
+  ids go through one `tf.keras.layers.Hashing` layer per column, inside the model, or in a
+  parallel `dataset.map` before prefetch. `lookup_in_model`: 26 string columns through
+  `StringLookup` layers (a 1,000-word vocabulary each) inside the model.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -560,5 +565,35 @@ elif mode.startswith("periodic_"):
         profile_loop(step, steps=30)
     shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
     print(f"heap={len(heap)}")
+elif mode in ("hashing_in_model", "hashing_in_pipeline", "lookup_in_model"):
+    names, rows, batch = [f"C{i + 1}" for i in range(26)], 10_000, 2048
+    words = np.array([f"w{i}" for i in range(1000)])
+    if mode == "lookup_in_model":
+        cats = {k: words[rng.integers(0, 1000, size=(16 * batch, 1))] for k in names}
+        prep = {k: tf.keras.layers.StringLookup(vocabulary=words, name=f"lookup_{k}")
+                for k in names}
+    else:
+        cats = {k: rng.integers(0, 2**31, size=(16 * batch, 1)) for k in names}
+        prep = {k: tf.keras.layers.Hashing(rows, name=f"hash_{k}") for k in names}
+    dtype = "string" if mode == "lookup_in_model" else "int64"
+    inputs = {k: tf.keras.Input((1,), dtype=dtype, name=k) for k in names}
+    inputs["I"] = tf.keras.Input((13,), name="I")
+    in_model = mode != "hashing_in_pipeline"
+    x = tf.keras.layers.Concatenate()([
+        *(tf.keras.layers.Flatten()(tf.keras.layers.Embedding(rows + 1, 8)(
+            prep[k](inputs[k]) if in_model else inputs[k])) for k in names), inputs["I"]])
+    for width in (64, 32):
+        x = tf.keras.layers.Dense(width, "relu")(x)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x))
+    model.compile(tf.keras.optimizers.SGD(0.05),
+                  tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    labels = rng.integers(0, 2, size=(16 * batch, 1)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices(
+        ({**cats, "I": rng.normal(size=(16 * batch, 13)).astype("float32")}, labels)
+    ).batch(batch).cache().repeat()
+    if not in_model:
+        ds = ds.map(lambda f, y: ({k: prep[k](v) if k in prep else v for k, v in f.items()}, y),
+                    num_parallel_calls=tf.data.AUTOTUNE)
+    fit_timed(model, ds.prefetch(2), timed=10, then=15)
 else:
     raise SystemExit(f"unknown mode {mode}")

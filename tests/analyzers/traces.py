@@ -86,11 +86,13 @@ def gpu_trace(
     pingpong_ms: float = 0.0,
     lookups: int = 0,
     tf_op: Callable[[int, int], str | None] | None = None,
+    host_op: tuple[str, float, float] | None = None,
     host_name: str = "host",
 ) -> Path:
     """A multi-GPU trace: per step, H2D copies, `kernels` compute kernels per device, NCCL; the
     first `lookups` kernels of each device are embedding-table gathers (their `tf_op` stat), and
-    `tf_op(device, k)`, when given, names the TF op of the others (None: no stat)."""
+    `tf_op(device, k)`, when given, names the TF op of the others (None: no stat). `host_op`
+    (name, start ms into the step, ms) is a TF op on a host thread every step."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -132,6 +134,9 @@ def gpu_trace(
         if pingpong_ms:
             ps = after_copy + int(kernel_ms * MS) + MS // 4
             hostops.event("postprocess/Unique:Unique", ps, int(pingpong_ms * MS))
+        if host_op:
+            name, at_ms, ms = host_op
+            hostops.event(name, t0 + int(at_ms * MS), int(ms * MS))
     return b.write(tmp, host=host_name)
 
 

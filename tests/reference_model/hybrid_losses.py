@@ -41,6 +41,7 @@ def main() -> None:
             xla=case.get("xla", False),
             fused_tables=case.get("fused", True),
             embedding_dim=8,
+            id_hashing=case.get("hashing", "none"),
         )
         model = HybridDLRM(cfg, devs, cards, 13)
         losses = []

@@ -51,6 +51,26 @@ def test_n_device_hybrid_matches_one_device():
         _assert_same(reference, r["losses"])
 
 
+def test_hashed_ids_train_the_same_on_any_placement():
+    """A hash depends on the id and its table's rows only, so every placement trains the same;
+    out-of-range rows would fail the lookup (CPU gathers check bounds)."""
+    cases = [{"devices": 1, "split": "table"}]
+    for hashing in ("string", "integer"):
+        cases += [{"devices": 1, "split": "table", "hashing": hashing},
+                  {"devices": 4, "split": "table", "hashing": hashing},
+                  {"devices": 2, "split": "column", "hashing": hashing},
+                  {"devices": 4, "split": "table", "fused": False, "hashing": hashing}]
+    plain, *hashed = (r["losses"] for r in _losses(cases))
+    for group in (hashed[:4], hashed[4:]):
+        assert group[0][-1] < group[0][0]
+        for other in group[1:]:
+            _assert_same(group[0], other)
+    # Hashing moves ids to other rows: neither trajectory is the unhashed one.
+    assert hashed[0] != pytest.approx(plain, rel=REL_TOL)
+    assert hashed[4] != pytest.approx(plain, rel=REL_TOL)
+    assert hashed[0] != pytest.approx(hashed[4], rel=REL_TOL)
+
+
 @pytest.mark.slow
 def test_xla_hybrid_matches_one_device():
     results = _losses([{"devices": 1, "split": "table", "xla": True},

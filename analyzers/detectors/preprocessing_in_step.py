@@ -1,0 +1,179 @@
+"""`preprocessing_in_step`: feature preprocessing runs inside the training step.
+
+Recommenders turn raw categorical values into table rows: hashing, vocabulary lookups, string
+parsing. Done in the model (Keras preprocessing layers inside it, hashed or vocabulary feature
+columns), that work sits on the step's critical path every step, on the host, where tf.data
+could have overlapped it or the data could have held its result (seed 002: the string hashing
+of a Wide & Deep step was among its most time-consuming ops). Signals: host TF ops on the step's
+threads (not tf.data's: those are input work, `input_preprocessing`'s business) whose op type
+says which (docs/trace-signals.md, "Preprocessing ops in the step"):
+- `ints_as_strings`: integer ids formatted as text to be hashed, `AsString` then
+  `StringToHashBucketFast`, or grappler's fusion of the pair, `_TensorToHashBucketFast` (Keras'
+  Hashing layer on integers, hashed feature columns). An integer hash does the same job for
+  INTEGER_HASH_COST of the time, so the saving is the rest.
+- `string_ops`: other string ops (hashing string features, splitting, number parsing, regexes).
+- `vocabulary_lookups`: hash-table lookups (`LookupTableFindV2`: StringLookup, IntegerLookup,
+  vocabulary feature columns).
+The last two leave the step whole when the data holds their result (written once) or overlap it
+from tf.data. The share is the time any of the ops runs inside steps; with an accelerator only
+the part while no kernel runs (the device waits for the ids).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers.context import Context
+from analyzers.events import is_device_plane, op_type_of
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.os_sampler import summarize
+from analyzers.steps import covered_ns
+
+ID = "preprocessing_in_step"
+_FUSED = "_TensorToHashBucketFast"
+MIN_SHARE = 0.03
+# An integer hash (cast, multiply, mask) over the ids takes this share of what formatting and
+# fingerprinting them takes: 0.2 vs 1.7 ms per 53k ids on the development VM, TF 2.21 CPU, rounded
+# up (docs/trace-signals.md, "Preprocessing ops in the step").
+INTEGER_HASH_COST = 0.15
+_CAUSES: dict[str, frozenset[str]] = {
+    "ints_as_strings": frozenset({"AsString", _FUSED}),
+    "string_ops": frozenset({
+        "StringToHashBucketFast", "StringToHashBucketStrong", "StringToHashBucket",
+        "StringSplit", "StringSplitV2", "StringToNumber", "Substr", "RegexReplace",
+        "StaticRegexReplace", "RegexFullMatch", "StaticRegexFullMatch", "StringLower",
+        "StringUpper", "StringStrip", "StringJoin", "ReduceJoin", "StringLength",
+        "StringNGrams", "StringFormat", "UnicodeDecode", "UnicodeDecodeWithOffsets",
+        "UnicodeTranscode", "DecodeCSV"}),
+    "vocabulary_lookups": frozenset({"LookupTableFindV2", "LookupTableFind"}),
+}
+_OP_TYPES = frozenset().union(*_CAUSES.values())
+_WHAT = {
+    "ints_as_strings": "integer ids hashed through strings",
+    "string_ops": "string ops",
+    "vocabulary_lookups": "vocabulary lookups",
+}
+_REMEDY = {
+    "ints_as_strings": (
+        "Hash integer ids with integer arithmetic, not through strings: Keras' Hashing layer "
+        "and hashed feature columns format every id as text first; a multiplicative hash, "
+        "rows = ((ids * 2654435761) mod 2**32 * num_rows) >> 32, or a modulo when ids are "
+        "already spread, costs a fraction of it; better still, store hashed ids when the data "
+        "is written."),
+    "moved": (
+        "Take the preprocessing out of the model: write its result (hashed ids, vocabulary "
+        "indices, parsed numbers) into the data once, or run the same layers in the input "
+        "pipeline, dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE) before "
+        "prefetch, so it overlaps the step instead of lengthening it (Keras preprocessing "
+        "layers such as StringLookup, IntegerLookup and Hashing work inside dataset.map)."),
+}
+
+
+def _covered(df: pd.DataFrame) -> int:
+    return covered_ns(df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
+
+
+def _idle_device_share(ctx: Context, ops: pd.DataFrame) -> float:
+    """Of the ops' covered time, the share while no device kernel runs."""
+    own = _covered(ops)
+    if not own:
+        return 0.0
+    k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
+                     columns=("start_ns", "end_ns"))
+    if k.empty:
+        return 1.0
+    both = pd.concat([ops[["start_ns", "end_ns"]], k], ignore_index=True)
+    overlap = own + _covered(k) - _covered(both)
+    return max(own - overlap, 0) / own
+
+
+def _scope(name: str) -> str:
+    return name.rpartition(":")[0].rpartition("/")[0]
+
+
+def _causes(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's cause. Unfused, a hash of a formatted id runs as its own op in the scope of the
+    AsString that feeds it (a Hashing layer's, a feature column's): it is that cause too."""
+    types = ops["op_type"].astype(str).to_numpy()
+    cause_of = np.full(len(ops), "", dtype=object)
+    for cause, kinds in _CAUSES.items():
+        cause_of[np.isin(types, list(kinds))] = cause
+    names = ops["name"].astype(str).to_numpy()
+    formatted = {_scope(n) for n in names[types == "AsString"]}
+    if formatted:
+        hashes = np.char.startswith(types.astype(str), "StringToHashBucket")
+        paired = np.array([_scope(n) in formatted for n in names[hashes]], dtype=bool)
+        cause_of[np.flatnonzero(hashes)[paired]] = "ints_as_strings"
+    return cause_of
+
+
+def detect(ctx: Context) -> Finding | None:
+    if ctx.framework != "tensorflow" or not _OP_TYPES.intersection(ctx.present("op_type")):
+        return None
+    # Filtered by name (once per distinct name): a large trace has millions of host ops.
+    ops = ctx.in_steps(kinds=("host_op",), name=lambda n: op_type_of(n) in _OP_TYPES,
+                       columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
+    total = float(ctx.total_step_ns)
+    if ops.empty or total <= 0:
+        return None
+    exposed = _idle_device_share(ctx, ops) if ctx.has_accelerator else 1.0
+    n = max(ctx.n_steps, 1)
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    shares: dict[str, float] = {}
+    savings: dict[str, float] = {}
+    evidence: list[str] = []
+    cause_of = _causes(ops)
+    for cause in _CAUSES:
+        mine = ops[cause_of == cause]
+        if mine.empty:
+            continue
+        share = _covered(mine) / total * exposed
+        shares[cause] = share
+        savings[cause] = share * (1 - INTEGER_HASH_COST) if cause == "ints_as_strings" else share
+        kinds = ", ".join(f"{t}: grappler's fusion of AsString + StringToHashBucketFast"
+                          if t == _FUSED else t
+                          for t in sorted({str(t) for t in mine["op_type"].unique()}))
+        evidence.append(
+            f"{_WHAT[cause]}: {len(mine) / n:.0f} op(s) per step ({kinds}) on the step's "
+            f"threads, running {share:.1%} of the step ({share * step_ms:.2f} ms of a "
+            f"{step_ms:.1f} ms step)")
+    # Causes running side by side save their union, not their sum.
+    union = _covered(ops) / total * exposed
+    saved = min(sum(savings.values()), union)
+    if saved < MIN_SHARE:
+        return None
+    if "ints_as_strings" in savings:
+        evidence.append(f"an integer hash does the same for about {INTEGER_HASH_COST:.0%} of "
+                        "the time: the rest is counted")
+    if ctx.has_accelerator:
+        evidence.append(f"host ops of a step the device waits for: only the {exposed:.0%} of "
+                        "their time while no kernel ran is counted")
+    moved = [c for c in savings if c != "ints_as_strings"]
+    if moved and not ctx.has_accelerator:
+        summary = summarize(ctx)
+        busy = (f" (the cores were {summary.cpu_utilization:.0%} busy during the steps)"
+                if summary else "")
+        evidence.append("CPU-only host: run from tf.data instead, the same work overlaps the "
+                        "step only as far as cores are idle" + busy + "; written into the data, "
+                        "it is gone")
+    remedy = " ".join([*([_REMEDY["ints_as_strings"]] if "ints_as_strings" in savings else []),
+                       *([_REMEDY["moved"]] if moved else [])])
+    changes = ({"id_hashing": "integer"} if ctx.config and "ints_as_strings" in savings
+               and ctx.config.get("id_hashing") == "string" else {})
+    return Finding(
+        id=ID,
+        title="Feature preprocessing runs inside the training step ("
+              + ", ".join(_WHAT[c] for c in savings) + ")",
+        step_fraction=union,
+        speedup=speedup_from_saving(saved),
+        evidence=evidence,
+        remedy=remedy,
+        numbers={"causes": list(savings),
+                 **{f"{c}_fraction": round(s, 4) for c, s in shares.items()},
+                 "ops_per_step": round(len(ops) / n, 1),
+                 "exposed_fraction": round(exposed, 4)},
+        top_events=heaviest_events(ops),
+        config_changes=changes,
+    )
+
