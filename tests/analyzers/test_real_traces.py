@@ -181,7 +181,7 @@ def test_embedding_tables_handled_whole(foreign):
 
 def test_preprocessing_layers_inside_the_model(foreign):
     """Keras Hashing layers on integer ids inside the model: TF 2.21's grappler fuses AsString
-    and StringToHashBucketFast into _TensorToHashBucketFast, which still formats every id (12%
+    and StringToHashBucketFast into _TensorToHashBucketFast, which still formats every id (13%
     of a quiet 12 ms step). The same layers in a parallel dataset.map are input work, not the
     step's; StringLookup layers inside the model are vocabulary lookups."""
     def found(mode):
