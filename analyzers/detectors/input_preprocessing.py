@@ -10,7 +10,8 @@ Two ways it costs step time (docs/trace-signals.md, "Input pipeline"):
   (per_example: 1/(1 - wait) said 5.8x, the fix measured 10.2x).
 Evidence names the cause: decompression (run metadata, or the files the readers open), per-example
 parsing, one example per record, one example per file (tf.io.read_file in the map), Python
-functions (py_function, numpy_function, from_generator), low parallelism, no prefetch.
+functions (py_function, numpy_function, from_generator), integer ids hashed through strings, low
+parallelism, no prefetch.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ _FIXES = {
                     "as the readers in parallel) so each open is amortized over many batches; "
                     "until then, raise the interleave's cycle_length and num_parallel_calls so "
                     "opens overlap reads"),
+    "ints_as_strings": ({}, "hash integer ids with integer arithmetic in the map (a "
+                        "multiplicative hash scaled into the table) instead of formatting them "
+                        "as text first, as Keras' Hashing layer does, or store hashed ids"),
     "python_function": ({}, "replace the Python function with TensorFlow ops (tf.strings, "
                         "tf.io, tf.math) so tf.data runs it in parallel without the GIL, or "
                         "precompute the features offline; if it must stay in Python, batch first "

@@ -21,34 +21,21 @@ the part while no kernel runs (the device waits for the ids).
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.os_sampler import summarize
+from analyzers.signals.preprocessing_ops import CAUSES, FUSED_HASH, OP_TYPES, causes_of
 from analyzers.steps import covered_ns
 
 ID = "preprocessing_in_step"
-_FUSED = "_TensorToHashBucketFast"
 MIN_SHARE = 0.03
 # An integer hash (cast, multiply, mask) over the ids takes this share of what formatting and
 # fingerprinting them takes: 0.2 vs 1.7 ms per 53k ids on the development VM, TF 2.21 CPU, rounded
 # up (docs/trace-signals.md, "Preprocessing ops in the step").
 INTEGER_HASH_COST = 0.15
-_CAUSES: dict[str, frozenset[str]] = {
-    "ints_as_strings": frozenset({"AsString", _FUSED}),
-    "string_ops": frozenset({
-        "StringToHashBucketFast", "StringToHashBucketStrong", "StringToHashBucket",
-        "StringSplit", "StringSplitV2", "StringToNumber", "Substr", "RegexReplace",
-        "StaticRegexReplace", "RegexFullMatch", "StaticRegexFullMatch", "StringLower",
-        "StringUpper", "StringStrip", "StringJoin", "ReduceJoin", "StringLength",
-        "StringNGrams", "StringFormat", "UnicodeDecode", "UnicodeDecodeWithOffsets",
-        "UnicodeTranscode", "DecodeCSV"}),
-    "vocabulary_lookups": frozenset({"LookupTableFindV2", "LookupTableFind"}),
-}
-_OP_TYPES = frozenset().union(*_CAUSES.values())
 _WHAT = {
     "ints_as_strings": "integer ids hashed through strings",
     "string_ops": "string ops",
@@ -88,31 +75,11 @@ def _idle_device_share(ctx: Context, ops: pd.DataFrame) -> float:
     return max(own - overlap, 0) / own
 
 
-def _scope(name: str) -> str:
-    return name.rpartition(":")[0].rpartition("/")[0]
-
-
-def _causes(ops: pd.DataFrame) -> np.ndarray:
-    """Each op's cause. Unfused, a hash of a formatted id runs as its own op in the scope of the
-    AsString that feeds it (a Hashing layer's, a feature column's): it is that cause too."""
-    types = ops["op_type"].astype(str).to_numpy()
-    cause_of = np.full(len(ops), "", dtype=object)
-    for cause, kinds in _CAUSES.items():
-        cause_of[np.isin(types, list(kinds))] = cause
-    names = ops["name"].astype(str).to_numpy()
-    formatted = {_scope(n) for n in names[types == "AsString"]}
-    if formatted:
-        hashes = np.char.startswith(types.astype(str), "StringToHashBucket")
-        paired = np.array([_scope(n) in formatted for n in names[hashes]], dtype=bool)
-        cause_of[np.flatnonzero(hashes)[paired]] = "ints_as_strings"
-    return cause_of
-
-
 def detect(ctx: Context) -> Finding | None:
-    if ctx.framework != "tensorflow" or not _OP_TYPES.intersection(ctx.present("op_type")):
+    if ctx.framework != "tensorflow" or not OP_TYPES.intersection(ctx.present("op_type")):
         return None
     # Filtered by name (once per distinct name): a large trace has millions of host ops.
-    ops = ctx.in_steps(kinds=("host_op",), name=lambda n: op_type_of(n) in _OP_TYPES,
+    ops = ctx.in_steps(kinds=("host_op",), name=lambda n: op_type_of(n) in OP_TYPES,
                        columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:
@@ -123,8 +90,8 @@ def detect(ctx: Context) -> Finding | None:
     shares: dict[str, float] = {}
     savings: dict[str, float] = {}
     evidence: list[str] = []
-    cause_of = _causes(ops)
-    for cause in _CAUSES:
+    cause_of = causes_of(ops)
+    for cause in CAUSES:
         mine = ops[cause_of == cause]
         if mine.empty:
             continue
@@ -132,7 +99,7 @@ def detect(ctx: Context) -> Finding | None:
         shares[cause] = share
         savings[cause] = share * (1 - INTEGER_HASH_COST) if cause == "ints_as_strings" else share
         kinds = ", ".join(f"{t}: grappler's fusion of AsString + StringToHashBucketFast"
-                          if t == _FUSED else t
+                          if t == FUSED_HASH else t
                           for t in sorted({str(t) for t in mine["op_type"].unique()}))
         evidence.append(
             f"{_WHAT[cause]}: {len(mine) / n:.0f} op(s) per step ({kinds}) on the step's "

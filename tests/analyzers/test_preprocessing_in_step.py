@@ -93,3 +93,19 @@ def test_gpu_host_hashing_counts_only_while_the_device_idles(tmp_path, at_ms, fo
     if found:
         assert f.numbers["exposed_fraction"] == pytest.approx(1.0, abs=0.01)
         assert f.step_fraction == pytest.approx(0.10, abs=0.005)
+
+
+@pytest.mark.parametrize(("op", "named"), [("hash_C1/hash:_TensorToHashBucketFast", True),
+                                           ("ParseExample/ParseExampleV2:ParseExampleV2", False)])
+def test_hashing_through_strings_in_an_input_bound_pipeline(tmp_path, op, named):
+    """Steps wait 60 ms on producers whose map spends 40 ms a step formatting ids to hash them:
+    an input cause with an integer-hash remedy (and not this finding); a map that only parses
+    is no such cause."""
+    def add(b, host, main, comp, t0, i):
+        host.line("tf_data_private_threadpool/31", line_id=31).event(op, t0 + MS, 40 * MS)
+    report = analyze(host_trace(tmp_path, wait_ms=60, per_step=add)[1])
+    found = {f.id: f for f in report.findings}
+    assert ID not in found
+    f = found["input_preprocessing"]
+    assert ("ints_as_strings" in f.numbers["causes"]) == named
+    assert ("integer arithmetic" in f.remedy) == named

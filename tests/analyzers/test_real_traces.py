@@ -14,6 +14,7 @@ import pytest
 
 from analyzers.detectors.per_step_overhead import batches_per_call
 from analyzers.report import analyze
+from analyzers.signals.input_pipeline import analyze_input_pipeline
 from analyzers.signals.os_sampler import io_threads
 
 pytest.importorskip("tensorflow")
@@ -190,7 +191,11 @@ def test_preprocessing_layers_inside_the_model(foreign):
     assert hashing.numbers["causes"] == ["ints_as_strings"]
     assert hashing.top_events[0]["name"].endswith("/hash:_TensorToHashBucketFast")
     assert hashing.numbers["ops_per_step"] == 26
-    assert found("hashing_in_pipeline") is None
+    pipeline = analyze(foreign("hashing_in_pipeline"))
+    assert "preprocessing_in_step" not in {f.id for f in pipeline.findings}
+    # There they are the producers' work, all of the map's ops: an input cause when input-bound.
+    pipe = analyze_input_pipeline(pipeline.ctx)
+    assert pipe.string_hash_ms_per_step == pytest.approx(pipe.input_op_ms_per_step, rel=0.2)
     lookup = found("lookup_in_model")
     assert lookup.numbers["causes"] == ["vocabulary_lookups"]
     assert "LookupTableFindV2" in lookup.top_events[0]["name"]
