@@ -73,9 +73,10 @@ class TrainConfig:
     top_mlp: tuple[int, ...] = (128, 64)
     fused_tables: bool = True
     # How raw categorical ids become table rows inside the step: "none" (the data holds rows
-    # already, hashed when it was written), "integer" (a multiply/xor-shift/modulo hash), or
+    # already, hashed when it was written), "integer" (a 32-bit multiplicative hash), or
     # "string" (AsString + StringToHashBucketFast, what Keras' Hashing layer and hashed feature
-    # columns do to integer ids; seed 002).
+    # columns do to integer ids; seed 002); either hash is scaled into the table by
+    # multiply-and-shift (hybrid.bucket_ids).
     id_hashing: IdHashing = "none"
     xla: bool = True
     mixed_precision: bool = False
