@@ -129,3 +129,28 @@ def test_the_evictor_thread_marks_a_file_opened_while_it_runs(data_file):
             assert fd in ev._marked
         finally:
             os.close(fd)
+
+
+def test_an_open_of_a_data_file_wakes_the_evictor_before_its_scan_interval(data_file, tmp_path):
+    """inotify: the open itself, not the next scan, triggers the marking (a one-minute scan
+    interval here), and opening some other file does not."""
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"x")
+    with PageCacheEvictor([str(data_file)], interval_s=60, scan_interval_s=60) as ev:
+        if ev._opens is None:
+            pytest.skip("no inotify here: the evictor scans on its interval only")
+        time.sleep(0.05)  # the thread's first wait has begun
+        with open(other, "rb"):
+            time.sleep(0.1)
+            assert ev._marked == {}
+        fd = os.open(data_file, os.O_RDONLY)
+        try:
+            for _ in range(200):
+                if fd in ev._marked:
+                    break
+                time.sleep(0.005)
+            assert fd in ev._marked
+        finally:
+            os.close(fd)
+    # Leaving the block ended the minute-long wait at once.
+    assert not ev._thread.is_alive()
