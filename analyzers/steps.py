@@ -302,6 +302,16 @@ def covered_ns(s: np.ndarray, e: np.ndarray, *, overwrite: bool = False) -> int:
     return total
 
 
+def covered_outside(s: np.ndarray, e: np.ndarray, other_s: np.ndarray,
+                    other_e: np.ndarray) -> int:
+    """Time the intervals [s, e) cover while none of the `other` intervals does (integer ns): the
+    union of both, less what the others cover."""
+    if not len(other_s):
+        return covered_ns(s, e)
+    return (covered_ns(np.concatenate([s, other_s]), np.concatenate([e, other_e]), overwrite=True)
+            - covered_ns(other_s, other_e))
+
+
 def covered_per_step(s: np.ndarray, e: np.ndarray, w_start: np.ndarray,
                      w_end: np.ndarray) -> np.ndarray:
     """Per step window, the time (integer ns) some interval [s, e) covers inside it."""

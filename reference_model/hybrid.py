@@ -83,7 +83,8 @@ class EmbeddingShard(tf.Module):
         )
 
 
-# Knuth's multiplicative constant; ids below 2**31 times it stay below 2**63 (no int64 overflow).
+# Knuth's multiplicative constant; ids below 2**31 times it stay below 2**63, and a 32-bit hash
+# times a table's rows (below 2**31) too: no int64 overflow.
 _GOLDEN = 2654435761
 _LOW32 = 2**32 - 1
 

@@ -89,6 +89,7 @@ class PageCacheEvictor:
         self._thread = threading.Thread(target=self._loop, name="page-cache-evictor", daemon=True)
         self._opens: int | None = None  # inotify descriptor: readable when a file is opened
         self._wake = (-1, -1)  # a pipe that ends the wait when the evictor stops
+        self._poll: select.poll | None = None
 
     def _mark_open_files(self) -> None:
         """POSIX_FADV_RANDOM on every descriptor of a data file, at every scan. Marking only the
@@ -123,30 +124,52 @@ class PageCacheEvictor:
         itself leaves the reader a fraction of a millisecond of readahead instead of up to a
         scan interval: at 5 ms, a reader that opened its file just after a scan had its
         readahead ramp up to the device's 8 MB before the mark, and 3 runs in 5 of a job with 16
-        fast readers read most bytes in large requests."""
-        if self._opens is None:
+        fast readers read most bytes in large requests. poll, not select: a job's descriptors
+        may number beyond select's 1024."""
+        if self._poll is None:
             self._stop.wait(self.scan_interval_s)
             return
-        ready, _, _ = select.select([self._opens, self._wake[0]], [], [], self.scan_interval_s)
-        for fd in ready:
+        for fd, _ in self._poll.poll(self.scan_interval_s * 1000):
             with contextlib.suppress(BlockingIOError):
                 os.read(fd, 1 << 16)
 
     def _loop(self) -> None:
         next_drop = time.monotonic() + self.interval_s
-        while not self._stop.is_set():
+        last_scan = 0.0
+        while True:
             self._wait()
+            if self._stop.is_set():
+                return
+            # A job opening files back to back would keep the thread scanning, holding the GIL
+            # the job's own Python needs: one scan per MIN_SCAN_GAP_S at most.
+            gap = MIN_SCAN_GAP_S - (time.monotonic() - last_scan)
+            if gap > 0:
+                time.sleep(gap)
             self._mark_open_files()
-            if time.monotonic() >= next_drop:
+            last_scan = time.monotonic()
+            if last_scan >= next_drop:
                 drop_from_page_cache(self.paths)
                 next_drop = time.monotonic() + self.interval_s
 
     def __enter__(self) -> PageCacheEvictor:
         drop_from_page_cache(self.paths)
-        self._opens = watch_opens(self.paths)
-        if self._opens is not None:
-            self._wake = os.pipe()
-        self._thread.start()
+        opens = watch_opens(self.paths)
+        if opens is not None:
+            try:
+                self._wake = os.pipe()
+            except OSError:
+                os.close(opens)
+                opens = None
+        if opens is not None:
+            self._opens = opens
+            self._poll = select.poll()
+            for fd in (opens, self._wake[0]):
+                self._poll.register(fd, select.POLLIN)
+        try:
+            self._thread.start()
+        except BaseException:
+            self._close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -154,20 +177,26 @@ class PageCacheEvictor:
         if self._opens is not None:
             os.write(self._wake[1], b"x")
         self._thread.join()
+        self._close()
+
+    def _close(self) -> None:
         if self._opens is not None:
             for fd in (self._opens, *self._wake):
                 os.close(fd)
-            self._opens, self._wake = None, (-1, -1)
+        self._opens, self._wake, self._poll = None, (-1, -1), None
 
 
+# The least time between two scans of /proc/self/fd (each ~1 ms of Python for ~50 descriptors).
+MIN_SCAN_GAP_S = 0.001
 _IN_OPEN = 0x20  # inotify(7)
 
 
 def watch_opens(paths: Sequence[str]) -> int | None:
     """An inotify descriptor that becomes readable whenever one of `paths` is opened, or None
-    where inotify is unavailable (not Linux, no libc symbol, too many watches)."""
+    where inotify is unavailable (not Linux, no libc symbol, the user's watch or instance limit
+    reached): the evictor then finds new descriptors on its scan interval alone."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None)
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, AttributeError):
         return None

@@ -15,3 +15,9 @@ def test_a_preset_with_flags_added():
 def test_a_flag_without_its_value_is_refused(entry):
     with pytest.raises(ValueError, match="NAME\\+flag=value"):
         entry_args(entry)
+
+
+@pytest.mark.parametrize("entry", ["clean+no-such-knob=1", "clean+id_hashing=integer"])
+def test_an_unknown_or_misspelt_flag_is_refused(entry):
+    with pytest.raises(ValueError, match="not a training configuration flag"):
+        entry_args(entry)

@@ -2,12 +2,14 @@
 
 Signals (accelerator traces only): within a step, device→host copies (MemcpyD2H) followed by TF ops
 on host threads and host→device copies again, while the device sits idle. The exposed host
-compute plus those copies is what keeping the step on the device would save.
+compute plus those copies is what keeping the step on the device would save; preprocessing ops
+(hashing, string ops, vocabulary lookups) among the host work are `preprocessing_in_step`'s.
 """
 
 from __future__ import annotations
 
 from analyzers.context import Context
+from analyzers.detectors import preprocessing_in_step, run_detector
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 
@@ -31,6 +33,11 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("name",))
     per_step = len(d2h) / max(ctx.n_steps, 1)
     host = ctx.fractions.get("host_compute", 0.0)
+    # Preprocessing ops among the host ops are `preprocessing_in_step`'s, with a remedy of its
+    # own: their exposed time is counted there, not twice.
+    pre = run_detector(preprocessing_in_step, ctx)
+    preprocessing = pre.step_fraction if isinstance(pre, Finding) else 0.0
+    host = max(host - preprocessing, 0.0)
     copies = ctx.fractions.get("copy_h2d", 0.0)
     # Half the exposed copy time: the copies the bounce adds go, the input's own stay.
     share = host + copies * 0.5
@@ -47,7 +54,9 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         speedup=speedup_from_saving(share * 0.8),
         evidence=[f"{per_step:.0f} device→host copies per step, then host work while the "
                   f"device idles: host compute {host:.1%} of the step, copies between host and "
-                  f"device {copies:.1%} (half of it counted)"],
+                  f"device {copies:.1%} (half of it counted)",
+                  *([f"less {preprocessing:.1%} of preprocessing ops (preprocessing_in_step)"]
+                    if preprocessing else [])],
         remedy=_REMEDY[ctx.framework],
         numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
         top_events=heaviest_events(host_ops),

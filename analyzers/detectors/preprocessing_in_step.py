@@ -8,34 +8,37 @@ of a Wide & Deep step was among its most time-consuming ops). Signals: host TF o
 threads (not tf.data's: those are input work, `input_preprocessing`'s business) whose op type
 says which (docs/trace-signals.md, "Preprocessing ops in the step"):
 - `ints_as_strings`: integer ids formatted as text to be hashed, `AsString` then
-  `StringToHashBucketFast`, or grappler's fusion of the pair, `_TensorToHashBucketFast` (Keras'
-  Hashing layer on integers, hashed feature columns). An integer hash does the same job for
-  INTEGER_HASH_COST of the time, so the saving is the rest.
+  `StringToHashBucketFast` in one name scope, or grappler's fusion of the pair,
+  `_TensorToHashBucketFast` (Keras' Hashing layer on integers, hashed feature columns). An
+  integer hash does the same job for INTEGER_HASH_COST of the time, so the saving is the rest.
 - `string_ops`: other string ops (hashing string features, splitting, number parsing, regexes).
 - `vocabulary_lookups`: hash-table lookups (`LookupTableFindV2`: StringLookup, IntegerLookup,
   vocabulary feature columns).
-The last two leave the step whole when the data holds their result (written once) or overlap it
-from tf.data. The share is the time any of the ops runs inside steps; with an accelerator only
-the part while no kernel runs (the device waits for the ids).
+The last two leave the step whole when the data holds their result (written once), which the
+estimate assumes, or overlap it from tf.data where cores or a device are free. The share is the
+time any of the ops runs inside steps; with an accelerator only the part while no kernel runs
+(the device waits for the ids).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.os_sampler import summarize
-from analyzers.signals.preprocessing_ops import CAUSES, FUSED_HASH, OP_TYPES, causes_of
-from analyzers.steps import covered_ns
+from analyzers.signals.preprocessing_ops import CAUSE_IDS, FUSED_HASH, OP_TYPES, cause_codes
+from analyzers.steps import covered_ns, covered_outside
 
 ID = "preprocessing_in_step"
 MIN_SHARE = 0.03
-# An integer hash (cast, multiply, mask) over the ids takes this share of what formatting and
-# fingerprinting them takes: 0.2 vs 1.7 ms per 53k ids on the development VM, TF 2.21 CPU, rounded
-# up (docs/trace-signals.md, "Preprocessing ops in the step").
-INTEGER_HASH_COST = 0.15
+# An integer hash (cast, multiply, mask) and its scaling into the table (multiply, shift) take
+# this share of what formatting and fingerprinting the ids takes, which Keras' Hashing layer does
+# into its bins in one op: 0.2 + 0.1 vs 1.7 ms per 53k ids on the development VM, TF 2.21 CPU,
+# rounded up (docs/trace-signals.md, "Preprocessing ops in the step").
+INTEGER_HASH_COST = 0.2
 _WHAT = {
     "ints_as_strings": "integer ids hashed through strings",
     "string_ops": "string ops",
@@ -57,22 +60,14 @@ _REMEDY = {
 }
 
 
-def _covered(df: pd.DataFrame) -> int:
-    return covered_ns(df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
-
-
-def _idle_device_share(ctx: Context, ops: pd.DataFrame) -> float:
-    """Of the ops' covered time, the share while no device kernel runs."""
-    own = _covered(ops)
-    if not own:
-        return 0.0
+def _kernels(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """Device kernels' spans in the steps (none without an accelerator): host ops the device
+    does not wait for cost the step nothing."""
+    if not ctx.has_accelerator:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
                      columns=("start_ns", "end_ns"))
-    if k.empty:
-        return 1.0
-    both = pd.concat([ops[["start_ns", "end_ns"]], k], ignore_index=True)
-    overlap = own + _covered(k) - _covered(both)
-    return max(own - overlap, 0) / own
+    return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -84,18 +79,21 @@ def detect(ctx: Context) -> Finding | None:
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:
         return None
-    exposed = _idle_device_share(ctx, ops) if ctx.has_accelerator else 1.0
+    kernels = _kernels(ctx)
+
+    def exposed_ns(df: pd.DataFrame) -> int:
+        return covered_outside(df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), *kernels)
     n = max(ctx.n_steps, 1)
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}
     savings: dict[str, float] = {}
     evidence: list[str] = []
-    cause_of = causes_of(ops)
-    for cause in CAUSES:
-        mine = ops[cause_of == cause]
+    codes = cause_codes(ops["name"])
+    for k, cause in enumerate(CAUSE_IDS):
+        mine = ops[codes == k]
         if mine.empty:
             continue
-        share = _covered(mine) / total * exposed
+        share = exposed_ns(mine) / total
         shares[cause] = share
         savings[cause] = share * (1 - INTEGER_HASH_COST) if cause == "ints_as_strings" else share
         kinds = ", ".join(f"{t}: grappler's fusion of AsString + StringToHashBucketFast"
@@ -106,7 +104,9 @@ def detect(ctx: Context) -> Finding | None:
             f"threads, running {share:.1%} of the step ({share * step_ms:.2f} ms of a "
             f"{step_ms:.1f} ms step)")
     # Causes running side by side save their union, not their sum.
-    union = _covered(ops) / total * exposed
+    union = exposed_ns(ops) / total
+    covered = covered_ns(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    exposed = union * total / covered if covered else 0.0
     saved = min(sum(savings.values()), union)
     if saved < MIN_SHARE:
         return None
@@ -121,9 +121,9 @@ def detect(ctx: Context) -> Finding | None:
         summary = summarize(ctx)
         busy = (f" (the cores were {summary.cpu_utilization:.0%} busy during the steps)"
                 if summary else "")
-        evidence.append("CPU-only host: run from tf.data instead, the same work overlaps the "
-                        "step only as far as cores are idle" + busy + "; written into the data, "
-                        "it is gone")
+        evidence.append("the estimate is for the result written into the data once: the work "
+                        "leaves the step. On this CPU-only host, moved into tf.data instead, it "
+                        "would overlap the step only as far as cores are idle" + busy)
     remedy = " ".join([*([_REMEDY["ints_as_strings"]] if "ints_as_strings" in savings else []),
                        *([_REMEDY["moved"]] if moved else [])])
     changes = ({"id_hashing": "integer"} if ctx.config and "ints_as_strings" in savings

@@ -18,7 +18,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_codes_map, cat_mask, present_values
 from analyzers.findings import heaviest_events
-from analyzers.signals.preprocessing_ops import OP_TYPES, causes_of
+from analyzers.signals.preprocessing_ops import CAUSE_IDS, cause_codes
 from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
@@ -63,7 +63,7 @@ class InputPipeline:
     reader_ms_per_step: float  # time inside reader stages (reads + decompression)
     reader_concurrency: float  # mean number of open inputs (or reader calls) while any is
     max_open_inputs: int  # most interleave inputs open at once
-    string_hash_ms_per_step: float  # integer ids formatted as text to be hashed, in map functions
+    ints_as_strings_ms_per_step: float  # integer ids formatted as text to be hashed, in the map
     python_calls_per_step: float  # Python-function ops run by the pipeline
     python_ms_per_step: float
     generator: bool  # a Dataset.from_generator stage
@@ -117,9 +117,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_python = is_op & cat_mask(work["op_type"], _PYTHON_OPS.__contains__)
     # `from_tensor_slices(paths).map(tf.io.read_file)` reads files with no reader stage.
     is_file_op = is_op & cat_mask(work["op_type"], _FILE_OPS.__contains__)
-    is_prep = is_op & cat_mask(work["op_type"], OP_TYPES.__contains__)
-    prep_rows = np.flatnonzero(is_prep)
-    string_hash = prep_rows[causes_of(work.iloc[prep_rows]) == "ints_as_strings"]
+    is_string_hash = is_op & (cause_codes(wname) == CAUSE_IDS.index("ints_as_strings"))
     is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
     is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
@@ -164,7 +162,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         reader_ms_per_step=reader_ms,
         reader_concurrency=_mean_concurrency(conc_s, conc_e),
         max_open_inputs=_max_concurrency(conc_s, conc_e),
-        string_hash_ms_per_step=float(dur[string_hash].sum()) / 1e6 / n,
+        ints_as_strings_ms_per_step=float(dur.sum(where=is_string_hash)) / 1e6 / n,
         python_calls_per_step=int(is_python.sum()) / n,
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
@@ -247,9 +245,9 @@ MIN_FILES_PER_STEP = 16
 # untraced step of the same data in 8 files); the reference trainer's 16 shards none (mean 0.4-0.5)
 # (docs/trace-signals.md, "Jobs that are not ours").
 MIN_OPENS_PER_STEP = 2.0
-# Share of the map-function ops' time in formatting integer ids as text to hash them beyond which
-# it is named: an integer hash does the same for a fraction (docs/trace-signals.md,
-# "Preprocessing ops in the step").
+# Share of the map-function ops' time (and of the input wait) in formatting integer ids as text
+# to hash them beyond which it is named: an integer hash does the same for a fraction
+# (docs/trace-signals.md, "Preprocessing ops in the step").
 MIN_STRING_HASH_SHARE = 0.2
 
 
@@ -316,8 +314,10 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
                f"({pipe.parse_ms_per_step:.1f} ms)" if pipe.parse_ops_per_step >= 16 else ""))
     elif parsing:
         causes["per_example_parsing"] = parsing
-    hashing = pipe.string_hash_ms_per_step
-    if hashing and hashing >= MIN_STRING_HASH_SHARE * pipe.input_op_ms_per_step:
+    hashing = pipe.ints_as_strings_ms_per_step
+    # Against the wait as well: a millisecond of hashing in a pipeline that waits on storage is
+    # no reason to call the wait preprocessing.
+    if hashing and hashing >= MIN_STRING_HASH_SHARE * max(pipe.input_op_ms_per_step, wait_ms):
         causes["ints_as_strings"] = (
             f"integer ids formatted as strings to be hashed in the map functions (AsString + "
             f"StringToHashBucketFast, fused or not): {hashing:.1f} ms per step, "

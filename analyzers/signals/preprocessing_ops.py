@@ -8,19 +8,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.events import op_type_of
+
 # Grappler's fusion of AsString + StringToHashBucketFast (TF >= 2.7, CPUs included).
 FUSED_HASH = "_TensorToHashBucketFast"
+_AS_STRING = "AsString"
+_HASHES = frozenset({"StringToHashBucketFast", "StringToHashBucketStrong", "StringToHashBucket"})
 CAUSES: dict[str, frozenset[str]] = {
-    "ints_as_strings": frozenset({"AsString", FUSED_HASH}),
+    "ints_as_strings": frozenset({FUSED_HASH}),  # and AsString/hash pairs, see cause_codes
     "string_ops": frozenset({
-        "StringToHashBucketFast", "StringToHashBucketStrong", "StringToHashBucket",
-        "StringSplit", "StringSplitV2", "StringToNumber", "Substr", "RegexReplace",
-        "StaticRegexReplace", "RegexFullMatch", "StaticRegexFullMatch", "StringLower",
-        "StringUpper", "StringStrip", "StringJoin", "ReduceJoin", "StringLength",
+        _AS_STRING, *_HASHES, "StringSplit", "StringSplitV2", "StringToNumber", "Substr",
+        "RegexReplace", "StaticRegexReplace", "RegexFullMatch", "StaticRegexFullMatch",
+        "StringLower", "StringUpper", "StringStrip", "StringJoin", "ReduceJoin", "StringLength",
         "StringNGrams", "StringFormat", "UnicodeDecode", "UnicodeDecodeWithOffsets",
         "UnicodeTranscode", "DecodeCSV"}),
     "vocabulary_lookups": frozenset({"LookupTableFindV2", "LookupTableFind"}),
 }
+CAUSE_IDS = tuple(CAUSES)
 OP_TYPES = frozenset().union(*CAUSES.values())
 
 
@@ -28,18 +32,25 @@ def _scope(name: str) -> str:
     return name.rpartition(":")[0].rpartition("/")[0]
 
 
-def causes_of(ops: pd.DataFrame) -> np.ndarray:
-    """Each op's cause ("" for ops of none), from `name` and `op_type`. Unfused, a hash of a
-    formatted id runs as its own op in the scope of the AsString that feeds it (a Hashing
-    layer's, a feature column's): it is that cause too."""
-    types = ops["op_type"].astype(str).to_numpy().astype(str)
-    cause_of = np.full(len(ops), "", dtype=object)
-    for cause, kinds in CAUSES.items():
-        cause_of[np.isin(types, list(kinds))] = cause
-    names = ops["name"].astype(str).to_numpy()
-    formatted = {_scope(n) for n in names[types == "AsString"]}
-    if formatted:
-        hashes = np.flatnonzero(np.char.startswith(types, "StringToHashBucket"))
-        paired = np.array([_scope(n) in formatted for n in names[hashes]], dtype=bool)
-        cause_of[hashes[paired]] = "ints_as_strings"
-    return cause_of
+def cause_codes(names: pd.Series) -> np.ndarray:
+    """Per row of a categorical `names` column, the index of its cause in CAUSE_IDS (-1: none),
+    worked out once per distinct name. Unfused, formatting an id and hashing it are two ops in
+    one name scope (a Hashing layer's, a feature column's): an AsString and a StringToHashBucket*
+    sharing a scope are `ints_as_strings`; alone, either is a string op like any other."""
+    cats = [str(c) for c in names.cat.categories]
+    types = [op_type_of(c) for c in cats]
+    present = np.zeros(len(cats) + 1, dtype=bool)
+    present[names.array.codes] = True  # code -1 (no name) marks the extra last slot
+    scopes = [_scope(c) if t == _AS_STRING or t in _HASHES else None
+              for c, t in zip(cats, types, strict=True)]
+    formatted = {s for s, t, p in zip(scopes, types, present, strict=False)
+                 if p and t == _AS_STRING}
+    hashed = {s for s, t, p in zip(scopes, types, present, strict=False) if p and t in _HASHES}
+    table = np.full(len(cats) + 1, -1, dtype=np.int8)
+    for i, t in enumerate(types):
+        for k, kinds in enumerate(CAUSES.values()):
+            if t in kinds:
+                table[i] = k
+        if scopes[i] is not None and scopes[i] in (hashed if t == _AS_STRING else formatted):
+            table[i] = CAUSE_IDS.index("ints_as_strings")
+    return table[names.array.codes]

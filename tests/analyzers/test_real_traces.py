@@ -190,12 +190,13 @@ def test_preprocessing_layers_inside_the_model(foreign):
     hashing = found("hashing_in_model")
     assert hashing.numbers["causes"] == ["ints_as_strings"]
     assert hashing.top_events[0]["name"].endswith("/hash:_TensorToHashBucketFast")
-    assert hashing.numbers["ops_per_step"] == 26
+    # One op per feature and step (an op split across a step boundary counts in both).
+    assert hashing.numbers["ops_per_step"] == pytest.approx(26, abs=1)
     pipeline = analyze(foreign("hashing_in_pipeline"))
     assert "preprocessing_in_step" not in {f.id for f in pipeline.findings}
     # There they are the producers' work, all of the map's ops: an input cause when input-bound.
     pipe = analyze_input_pipeline(pipeline.ctx)
-    assert pipe.string_hash_ms_per_step == pytest.approx(pipe.input_op_ms_per_step, rel=0.2)
+    assert pipe.ints_as_strings_ms_per_step == pytest.approx(pipe.input_op_ms_per_step, rel=0.2)
     lookup = found("lookup_in_model")
     assert lookup.numbers["causes"] == ["vocabulary_lookups"]
     assert "LookupTableFindV2" in lookup.top_events[0]["name"]
@@ -412,7 +413,7 @@ def test_reference_presets(tmp_path, cache_dir, preset, expected):
                         "so no reader could wait in D")
     strong = {f.id for f in report.findings if f.severity in ("medium", "high")}
     if preset == "string_hashing":
-        # 4-8% of a 42-68 ms CPU step (README, "Diagnosis accuracy"): named, at whatever
+        # 5-8% of a 43-68 ms CPU step (README, "Diagnosis accuracy"): named, at whatever
         # severity it earns.
         f = {f.id: f for f in report.findings}[expected]
         assert f.numbers["causes"] == ["ints_as_strings"]

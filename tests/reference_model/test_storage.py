@@ -133,16 +133,20 @@ def test_the_evictor_thread_marks_a_file_opened_while_it_runs(data_file):
 
 def test_an_open_of_a_data_file_wakes_the_evictor_before_its_scan_interval(data_file, tmp_path):
     """inotify: the open itself, not the next scan, triggers the marking (a one-minute scan
-    interval here), and opening some other file does not."""
+    interval here); opening some other file triggers no scan; leaving the block ends the wait."""
     other = tmp_path / "other.bin"
     other.write_bytes(b"x")
-    with PageCacheEvictor([str(data_file)], interval_s=60, scan_interval_s=60) as ev:
+    ev = PageCacheEvictor([str(data_file)], interval_s=60, scan_interval_s=60)
+    scans = []
+    mark = ev._mark_open_files
+    ev._mark_open_files = lambda: (scans.append(time.monotonic()), mark())
+    with ev:
         if ev._opens is None:
             pytest.skip("no inotify here: the evictor scans on its interval only")
         time.sleep(0.05)  # the thread's first wait has begun
         with open(other, "rb"):
             time.sleep(0.1)
-            assert ev._marked == {}
+        assert scans == []
         fd = os.open(data_file, os.O_RDONLY)
         try:
             for _ in range(200):
@@ -152,5 +156,5 @@ def test_an_open_of_a_data_file_wakes_the_evictor_before_its_scan_interval(data_
             assert fd in ev._marked
         finally:
             os.close(fd)
-    # Leaving the block ended the minute-long wait at once.
-    assert not ev._thread.is_alive()
+        t = time.monotonic()
+    assert time.monotonic() - t < 1.0 and not ev._thread.is_alive()
