@@ -87,8 +87,9 @@ class PageCacheEvictor:
         self._marked: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="page-cache-evictor", daemon=True)
-        self._opens: int | None = None  # inotify descriptor: readable when a file is opened
-        self._wake = (-1, -1)  # a pipe that ends the wait when the evictor stops
+        # With inotify: the watch (readable when a data file is opened) and a pipe that ends the
+        # wait when the evictor stops, polled together.
+        self._fds: tuple[int, ...] = ()  # (watch, pipe read end, pipe write end)
         self._poll: select.poll | None = None
 
     def _mark_open_files(self) -> None:
@@ -153,18 +154,7 @@ class PageCacheEvictor:
 
     def __enter__(self) -> PageCacheEvictor:
         drop_from_page_cache(self.paths)
-        opens = watch_opens(self.paths)
-        if opens is not None:
-            try:
-                self._wake = os.pipe()
-            except OSError:
-                os.close(opens)
-                opens = None
-        if opens is not None:
-            self._opens = opens
-            self._poll = select.poll()
-            for fd in (opens, self._wake[0]):
-                self._poll.register(fd, select.POLLIN)
+        self._watch()
         try:
             self._thread.start()
         except BaseException:
@@ -174,16 +164,29 @@ class PageCacheEvictor:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._opens is not None:
-            os.write(self._wake[1], b"x")
+        if self._fds:
+            os.write(self._fds[2], b"x")
         self._thread.join()
         self._close()
 
+    def _watch(self) -> None:
+        opens = watch_opens(self.paths)
+        if opens is None:
+            return
+        try:
+            wake = os.pipe()
+        except OSError:
+            os.close(opens)
+            return
+        self._fds = (opens, *wake)
+        self._poll = select.poll()
+        for fd in self._fds[:2]:
+            self._poll.register(fd, select.POLLIN)
+
     def _close(self) -> None:
-        if self._opens is not None:
-            for fd in (self._opens, *self._wake):
-                os.close(fd)
-        self._opens, self._wake, self._poll = None, (-1, -1), None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds, self._poll = (), None
 
 
 # The least time between two scans of /proc/self/fd (each ~1 ms of Python for ~50 descriptors).

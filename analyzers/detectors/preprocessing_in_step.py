@@ -70,6 +70,10 @@ def _kernels(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
 
 
+def _exposed_ns(ops: pd.DataFrame, kernels: tuple[np.ndarray, np.ndarray]) -> int:
+    return covered_outside(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), *kernels)
+
+
 def detect(ctx: Context) -> Finding | None:
     if ctx.framework != "tensorflow" or not OP_TYPES.intersection(ctx.present("op_type")):
         return None
@@ -80,9 +84,6 @@ def detect(ctx: Context) -> Finding | None:
     if ops.empty or total <= 0:
         return None
     kernels = _kernels(ctx)
-
-    def exposed_ns(df: pd.DataFrame) -> int:
-        return covered_outside(df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), *kernels)
     n = max(ctx.n_steps, 1)
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}
@@ -93,7 +94,7 @@ def detect(ctx: Context) -> Finding | None:
         mine = ops[codes == k]
         if mine.empty:
             continue
-        share = exposed_ns(mine) / total
+        share = _exposed_ns(mine, kernels) / total
         shares[cause] = share
         savings[cause] = share * (1 - INTEGER_HASH_COST) if cause == "ints_as_strings" else share
         kinds = ", ".join(f"{t}: grappler's fusion of AsString + StringToHashBucketFast"
@@ -104,9 +105,12 @@ def detect(ctx: Context) -> Finding | None:
             f"threads, running {share:.1%} of the step ({share * step_ms:.2f} ms of a "
             f"{step_ms:.1f} ms step)")
     # Causes running side by side save their union, not their sum.
-    union = exposed_ns(ops) / total
-    covered = covered_ns(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
-    exposed = union * total / covered if covered else 0.0
+    union = _exposed_ns(ops, kernels) / total
+    # Of the time the ops run, the share while no kernel runs (all of it without a device).
+    exposed = 1.0
+    if ctx.has_accelerator:
+        covered = covered_ns(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+        exposed = union * total / covered if covered else 0.0
     saved = min(sum(savings.values()), union)
     if saved < MIN_SHARE:
         return None
@@ -143,4 +147,3 @@ def detect(ctx: Context) -> Finding | None:
         top_events=heaviest_events(ops),
         config_changes=changes,
     )
-

@@ -39,18 +39,24 @@ def cause_codes(names: pd.Series) -> np.ndarray:
     sharing a scope are `ints_as_strings`; alone, either is a string op like any other."""
     cats = [str(c) for c in names.cat.categories]
     types = [op_type_of(c) for c in cats]
-    present = np.zeros(len(cats) + 1, dtype=bool)
-    present[names.array.codes] = True  # code -1 (no name) marks the extra last slot
-    scopes = [_scope(c) if t == _AS_STRING or t in _HASHES else None
-              for c, t in zip(cats, types, strict=True)]
-    formatted = {s for s, t, p in zip(scopes, types, present, strict=False)
-                 if p and t == _AS_STRING}
-    hashed = {s for s, t, p in zip(scopes, types, present, strict=False) if p and t in _HASHES}
-    table = np.full(len(cats) + 1, -1, dtype=np.int8)
+    table = np.full(len(cats) + 1, -1, dtype=np.int8)  # the last slot reads code -1 (no name)
     for i, t in enumerate(types):
         for k, kinds in enumerate(CAUSES.values()):
             if t in kinds:
                 table[i] = k
-        if scopes[i] is not None and scopes[i] in (hashed if t == _AS_STRING else formatted):
-            table[i] = CAUSE_IDS.index("ints_as_strings")
+    if not (table >= 0).any():
+        # Most traces have no such op: a fill, not a gather over every row.
+        return np.full(len(names), -1, dtype=np.int8)
+    formats = [i for i, t in enumerate(types) if t == _AS_STRING]
+    hashes = [i for i, t in enumerate(types) if t in _HASHES]
+    if formats and hashes:
+        # Pairs among the names the rows hold (the categories may be a whole trace's).
+        present = np.zeros(len(cats) + 1, dtype=bool)
+        present[names.array.codes] = True
+        scopes = {i: _scope(cats[i]) for i in formats + hashes if present[i]}
+        formatted = {scopes[i] for i in formats if i in scopes}
+        hashed = {scopes[i] for i in hashes if i in scopes}
+        for i, scope in scopes.items():
+            if scope in (hashed if types[i] == _AS_STRING else formatted):
+                table[i] = CAUSE_IDS.index("ints_as_strings")
     return table[names.array.codes]

@@ -141,7 +141,7 @@ def test_an_open_of_a_data_file_wakes_the_evictor_before_its_scan_interval(data_
     mark = ev._mark_open_files
     ev._mark_open_files = lambda: (scans.append(time.monotonic()), mark())
     with ev:
-        if ev._opens is None:
+        if ev._poll is None:
             pytest.skip("no inotify here: the evictor scans on its interval only")
         time.sleep(0.05)  # the thread's first wait has begun
         with open(other, "rb"):
