@@ -23,6 +23,7 @@ Compression = Literal["none", "gzip"]
 ParseMode = Literal["per_example", "batched"]
 CastMode = Literal["pipeline", "host"]
 InputCopy = Literal["distributed", "serial"]
+InputLoading = Literal["broadcast", "per_device"]
 EmbeddingSplit = Literal["table", "column"]
 IdHashing = Literal["none", "integer", "string"]
 
@@ -67,6 +68,11 @@ class TrainConfig:
     devices: int = 2
     embedding_split: EmbeddingSplit = "table"
     input_copy: InputCopy = "distributed"
+    # "broadcast": one input pipeline whose batch is split among the devices (each gets its rows
+    # of dense features and labels, and every sample's ids for its tables: seed 001's
+    # broadcasting dataloader). "per_device": one pipeline per device, each reading and parsing
+    # the whole global batch, as a one-process-per-GPU hybrid-parallel job does without it.
+    input_loading: InputLoading = "broadcast"
     # --- model ---
     embedding_dim: int = 16
     bottom_mlp: tuple[int, ...] = (64, 32)
@@ -193,6 +199,7 @@ _CHOICES = {
     "cast": ("pipeline", "host"),
     "embedding_split": ("table", "column"),
     "input_copy": ("distributed", "serial"),
+    "input_loading": ("broadcast", "per_device"),
     "id_hashing": ("none", "integer", "string"),
 }
 

@@ -261,14 +261,19 @@ class HybridDLRM:
 
     def split_inputs(self, dense, ids, labels, copy=tf.identity) -> StepInputs:
         """Each device's share: its B/N rows of dense features and labels, and every sample's ids
-        (model-parallel tables need the whole batch). `copy` moves one tensor onto the device."""
+        (model-parallel tables need the whole batch). `copy` moves one tensor onto the device.
+
+        One batch is split among the devices (broadcast loading); per-device lists of batches
+        (per-device loading: each pipeline yields the whole global batch) give each device its
+        share of its own pipeline's batch."""
         b = self.global_batch // self.n
         out = StepInputs([], [], [])
         for j, dev in enumerate(self.devices.names):
+            d, i, y = (x[j] if isinstance(x, list | tuple) else x for x in (dense, ids, labels))
             with tf.device(dev):
-                out.dense.append(copy(dense[j * b : (j + 1) * b]))
-                out.labels.append(copy(labels[j * b : (j + 1) * b]))
-                out.ids.append(copy(ids))
+                out.dense.append(copy(d[j * b : (j + 1) * b]))
+                out.labels.append(copy(y[j * b : (j + 1) * b]))
+                out.ids.append(copy(i))
         return out
 
     def serial_copies(self, dense, ids, labels) -> StepInputs:

@@ -46,6 +46,10 @@ _ALL = [
     Preset("string_hashing", "raw categorical ids hashed in the step through strings "
            "(AsString + StringToHashBucketFast, as Keras' Hashing layer does to integers)",
            {"id_hashing": "string"}, ("preprocessing_in_step",)),
+    Preset("per_device_input", "one input pipeline per device, each reading and parsing the "
+           "whole global batch (what one process per device does without seed 001's "
+           "broadcasting dataloader)",
+           {"input_loading": "per_device"}, ("duplicated_input",)),
     # One reader per shard (16): with 32, two interleave slots read each file side by side at
     # first, the second from the pages the first had just fetched, and a window early in the
     # run saw half the device reads and 0.5 threads in D (docs/trace-signals.md).

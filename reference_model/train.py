@@ -138,10 +138,13 @@ def run_training(
     tf.random.set_seed(cfg.seed)
     data_path, manifest = resolve_dataset(cfg, data_dir, cache_root or default_cache_root())
     model = HybridDLRM(cfg, devices, manifest.schema.cardinalities, manifest.schema.num_dense)
-    iterator = iter(build_dataset(cfg, manifest))
-    _ABANDONED_ITERATORS.append(iterator)
+    # Per-device loading builds the same pipeline once per device: the same files, seed and
+    # order, each iterator yielding the whole global batch.
+    iterators = [iter(build_dataset(cfg, manifest))
+                 for _ in range(devices.count if cfg.input_loading == "per_device" else 1)]
+    _ABANDONED_ITERATORS.extend(iterators)
 
-    def step() -> Any:
+    def next_batch(iterator) -> Any:
         try:
             batch = next(iterator)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
@@ -149,7 +152,14 @@ def run_training(
             # in _ABANDONED_ITERATORS (its teardown can block), and the process reports and exits.
             reason = e.message.split("}} ")[-1].split(" [Op:")[0].splitlines()[0]
             raise ValueError(f"unreadable data in {data_path}: {reason}") from None
-        dense, ids, labels = host_casting_layer(batch) if cfg.cast == "host" else batch
+        return host_casting_layer(batch) if cfg.cast == "host" else batch
+
+    def step() -> Any:
+        batches = [next_batch(it) for it in iterators]
+        if len(batches) == 1:
+            dense, ids, labels = batches[0]
+        else:
+            dense, ids, labels = (list(x) for x in zip(*batches, strict=True))
         if cfg.input_copy == "serial":
             x = model.serial_copies(dense, ids, labels)
             return model.step_placed(x.dense, x.ids, x.labels)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 DETECTOR_IDS = (
     "io_stall",
     "input_preprocessing",
+    "duplicated_input",
     "convert_to_tensor_gaps",
     "serialized_h2d",
     "collective_overhead",

@@ -17,9 +17,10 @@ parallelism, no prefetch.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.detectors import dstate_threads, run_detector
+from analyzers.detectors import dstate_threads, duplicated_input, run_detector
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
+    RESHAPING_CAUSES,
     analyze_input_pipeline,
     input_cpu_bound,
     input_wait_ranges,
@@ -34,9 +35,6 @@ MIN_WAIT = 0.02
 MIN_INPUT_OP_SHARE = 0.3
 MIN_SLOWDOWN = 1.1
 LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
-# Causes whose fix only reshapes the pipeline (more readers, a prefetch): the producers' CPU
-# work stays, so the model's ops keep sharing the cores with it.
-_RESHAPING = {"low_parallelism", "no_prefetch"}
 
 _FIXES = {
     "decompression": ({"compression": "none"}, "store records uncompressed (or decompress once "
@@ -83,7 +81,7 @@ def detect(ctx: Context) -> Finding | None:
     n_cpus = ctx.n_cpus or (sampler.n_cpus if sampler else 1)
     step_ms = ctx.steps.median_step_ns() / 1e6
     op_share = pipe.input_op_ms_per_step / (n_cpus * step_ms) if step_ms else 0.0
-    reshaping = bool(exposed) and set(causes) <= _RESHAPING and not cpu_bound
+    reshaping = bool(exposed) and set(causes) <= RESHAPING_CAUSES and not cpu_bound
     # Contention, on hosts without an accelerator, needs two witnesses: producers doing CPU work
     # the fix takes away (a named CPU cause, map-function ops holding a large share of the
     # machine, or a wait on a CPU-bound pipeline), and the sampler's runnable threads showing the
@@ -91,7 +89,7 @@ def detect(ctx: Context) -> Finding | None:
     # model's ops"). Reader stages alone are no witness: their time includes waiting on storage
     # (the dstate_io preset's 32 readers, before its reads went cold, filled 55% of the CPUs x
     # step time, mostly in I/O).
-    named_work = bool(set(causes) - _RESHAPING) or op_share >= MIN_INPUT_OP_SHARE
+    named_work = bool(set(causes) - RESHAPING_CAUSES) or op_share >= MIN_INPUT_OP_SHARE
     producers = named_work or bool(exposed and cpu_bound)
     if producers and not named_work:
         # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads
@@ -102,6 +100,12 @@ def detect(ctx: Context) -> Finding | None:
         d_state = run_detector(dstate_threads, ctx)
         if isinstance(d_state, Finding) and d_state.severity in ("medium", "high"):
             producers, exposed = False, 0.0
+    if producers and not set(causes) - RESHAPING_CAUSES:
+        # Producers with no CPU cause of their own that read the same data several times: the
+        # copies are the cause, and duplicated_input's estimate counts what removing them buys.
+        copies = run_detector(duplicated_input, ctx)
+        if isinstance(copies, Finding) and copies.severity in ("medium", "high"):
+            return None
     sharing = (core_sharing(ctx) if producers and sampler is not None
                and not ctx.has_accelerator and not reshaping else None)
     slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0

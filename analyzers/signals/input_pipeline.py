@@ -188,20 +188,26 @@ def _analyze(ctx: Context) -> InputPipeline:
 def _files_opened(ctx: Context) -> list[str]:
     """Every file a reader opened in the profile window, steps or not (a reader opens its next
     file whenever the last one ends, rarely inside the few steps profiled)."""
-    ev = ctx.events
-    if "filename" not in ev or not len(ev["filename"].cat.categories):
-        return []
-    opens = cat_mask(ev["name"], _OPENS_FILE.search) & (ev["filename"].array.codes >= 0)
-    return present_values(ev["filename"][opens])
+    return sorted(set(file_opens(ctx)["filename"]))
 
 
 def file_open_starts(ctx: Context) -> np.ndarray:
     """When readers opened a file (ns), in event order: the reads that name their file."""
-    ev = ctx.events
-    if "filename" not in ev or not len(ev["filename"].cat.categories):
-        return np.zeros(0, dtype=np.int64)
-    opens = cat_mask(ev["name"], _OPENS_FILE.search) & (ev["filename"].array.codes >= 0)
-    return ev["start_ns"].to_numpy(np.int64)[opens]
+    return file_opens(ctx)["start_ns"].to_numpy(np.int64)
+
+
+def file_opens(ctx: Context) -> pd.DataFrame:
+    """The reads that name the file they open (host, start_ns, filename), in event order, steps
+    or not."""
+    def build() -> pd.DataFrame:
+        ev = ctx.events
+        if "filename" not in ev or not len(ev["filename"].cat.categories):
+            return pd.DataFrame({"host": pd.Series(dtype=str), "start_ns": np.zeros(0, np.int64),
+                                 "filename": pd.Series(dtype=str)})
+        opens = cat_mask(ev["name"], _OPENS_FILE.search) & (ev["filename"].array.codes >= 0)
+        rows = ev.loc[opens, ["host", "start_ns", "filename"]]
+        return rows.assign(host=rows["host"].astype(str), filename=rows["filename"].astype(str))
+    return ctx.memo("file_opens", build)
 
 
 def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
@@ -216,6 +222,9 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
                                                                     strict=True)]
 
 
+# Causes whose fix only reshapes the pipeline (more readers, a prefetch): the producers' CPU work
+# stays, so the model's ops keep sharing the cores with it.
+RESHAPING_CAUSES = frozenset({"low_parallelism", "no_prefetch"})
 # An input pipeline whose producers keep this share of the CPU busy counts as CPU-bound.
 CPU_BOUND_UTILIZATION = 0.6
 CPU_BOUND_OP_SHARE = 0.5

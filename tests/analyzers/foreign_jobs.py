@@ -42,6 +42,10 @@ MODE:
   worker and one client call naming both: a `localhost_<port>.xplane.pb` per worker.
   `multiworker_compute`: the same two workers on one 64x64 layer with 16,384 examples each (16 KB
   of gradients, compute-bound). `<either>_single`: its global batch in one worker.
+  `multiworker_files` / `multiworker_files_sharded`: the `multiworker` job reading 8 TFRecord
+  files (32-row records) through a 2-way interleave, sharded by tf.distribute's
+  `AutoShardPolicy.DATA` (every worker reads every file and keeps its share) or `FILE` (each
+  worker reads its own 4 files).
 - `embedding_adam` / `embedding_adagrad` / `embedding_read` / `embedding_sparse`: a custom loop
   over a 1,000,000 x 32 embedding table (26 ids per example, batch 1,024) and a 64-unit layer.
   `embedding_adam`: Keras 3's Adam on every variable (it densifies the table's gradient and
@@ -189,7 +193,9 @@ def profile_loop(step, steps: int = 20) -> None:
 
 
 # Per-worker batch and layer widths of the multi-worker jobs.
-_MULTIWORKER = {"multiworker": (256, (64, 512, 512, 1)), "multiworker_compute": (16384, (64, 256))}
+_MULTIWORKER = {"multiworker": (256, (64, 512, 512, 1)), "multiworker_compute": (16384, (64, 256)),
+                "multiworker_files": (256, (64, 512, 512, 1)),
+                "multiworker_files_sharded": (256, (64, 512, 512, 1))}
 
 
 def multiworker(kind: str) -> None:
@@ -198,12 +204,21 @@ def multiworker(kind: str) -> None:
     corruption", 1 to 2 runs in 10 here; the other worker's all-reduce then fails): the whole run
     is tried again, from an empty logdir."""
     n = 1 if kind.endswith("_single") else 2
-    for _ in range(4):
-        shutil.rmtree(logdir, ignore_errors=True)
-        out = _multiworker_once(kind, n)
-        if len(list(Path(logdir).rglob("*.xplane.pb"))) == n:
-            print(out, end="", flush=True)
-            return
+    folder = Path(tempfile.mkdtemp(prefix="mw-files-"))
+    if "_files" in kind:
+        # The workers' TFRecord files, written once here: 8 files of 32-row records.
+        files = [str(folder / f"part-{i}.tfrecord") for i in range(8)]
+        write_shards(files, 32, lambda: rng.normal(size=(32, 65)).astype("float32"))
+        os.environ["MW_FILES"] = json.dumps(files)
+    try:
+        for _ in range(4):
+            shutil.rmtree(logdir, ignore_errors=True)
+            out = _multiworker_once(kind, n)
+            if len(list(Path(logdir).rglob("*.xplane.pb"))) == n:
+                print(out, end="", flush=True)
+                return
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     raise SystemExit("the workers wrote no profile in 4 tries")
 
 
@@ -248,6 +263,17 @@ def multiworker_worker(kind: str, index: int, flags: Path, ports: list[int]) -> 
     x = rng.normal(size=(per_worker * 8, 64)).astype("float32")
     y = (x[:, :1] > 0).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(per_worker * n).cache().repeat()
+    if "_files" in kind:
+        # Records read by each worker: with AutoShardPolicy.DATA every worker reads every file
+        # and keeps its share of the batches; with FILE each reads its own files.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.FILE if kind.endswith("_sharded")
+            else tf.data.experimental.AutoShardPolicy.DATA)
+        ds = (tf.data.Dataset.from_tensor_slices(json.loads(os.environ["MW_FILES"])).repeat()
+              .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2)
+              .map(decode_rows).unbatch().batch(per_worker * n).prefetch(2)
+              .with_options(options))
     it = iter(strategy.experimental_distribute_dataset(ds))
 
     def replica(a, b):

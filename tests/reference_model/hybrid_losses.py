@@ -46,6 +46,10 @@ def main() -> None:
         model = HybridDLRM(cfg, devs, cards, 13)
         losses = []
         for dense, ids, labels in batches:
+            if case.get("per_device"):
+                # Per-device loading: every device's pipeline yields the same whole batch.
+                dense, ids, labels = ([tf.identity(x) for _ in range(n)]
+                                      for x in (dense, ids, labels))
             if case.get("serial"):
                 x = model.serial_copies(dense, ids, labels)
                 losses.append(float(model.step_placed(x.dense, x.ids, x.labels)))

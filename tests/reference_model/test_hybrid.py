@@ -42,6 +42,8 @@ def test_n_device_hybrid_matches_one_device():
         {"devices": 4, "split": "column"},
         {"devices": 4, "split": "table", "fused": False},
         {"devices": 4, "split": "table", "serial": True},
+        {"devices": 4, "split": "table", "per_device": True},
+        {"devices": 2, "split": "column", "per_device": True, "serial": True},
     ]
     results = _losses(cases)
     reference = results[0]["losses"]

@@ -1,0 +1,124 @@
+"""`duplicated_input` on code-built traces: pipelines (or workers) that read the same files, and
+the single pipelines and sharded workers that reopen or share nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzers.report import analyze
+from tests.analyzers.traces import MS, PIPE, host_trace
+
+ID = "duplicated_input"
+OPEN = "TFRecordDatasetOp::Iterator::SetupStreamsLocked"
+
+
+def _opens(files_of_step, copies: int = 1, apart_ms: float = 2.0, roots: int = 1):
+    """Per step i, each of `copies` pipelines opens the files `files_of_step(i)` names, the
+    copies `apart_ms` apart, each on its own reader thread; the training thread pulls `roots`
+    batches (Iterator::Root calls)."""
+    def add(b, host, main, comp, t0, i):
+        for c in range(copies):
+            line = host.line(f"tf_data_iterator_resource/{60 + c}", line_id=60 + c)
+            for k, name in enumerate(files_of_step(i)):
+                start = t0 + 3 * MS + k * 10 * MS + int(c * apart_ms * MS)
+                line.event(f"{PIPE}[{i}]::FlatMap[{k}]::TFRecord", start, 2 * MS)
+                line.event(OPEN, start + 1000, 500, filename=name)
+        for r in range(roots):
+            main.event("Iterator::Root", t0 + MS // 4 + r * 1000, 500)
+    return add
+
+
+def _shard(n: int) -> str:
+    return f"/data/train/part-{n:05d}-of-00064.tfrecord"
+
+
+def _finding(run):
+    return {f.id: f for f in analyze(run).findings}.get(ID)
+
+
+def test_two_pipelines_reading_the_same_files(tmp_path):
+    """Each step pulls a batch from each of 2 pipelines with the same seed: every file opened
+    twice, 2 ms apart; the steps wait 30 ms on producers that, alone, would need half the time."""
+    _, run = host_trace(tmp_path, steps=8, wait_ms=30,
+                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
+                                        roots=2))
+    f = _finding(run)
+    assert f is not None and f.numbers["copies"] == 2 and not f.numbers["across_hosts"]
+    assert f.numbers["files_read_more_than_once"] == 16 == f.numbers["files_opened"]
+    assert f.numbers["batches_per_step"] == 2
+    assert f.numbers["reopen_gap_ms"] == pytest.approx(2.0)
+    # After the fix a step is the model's 70 ms (one pipeline's 50 ms of waiting hides in it).
+    assert f.speedup == pytest.approx(100 / 70, rel=0.01)
+    assert f.severity == "high"
+    assert "broadcast" in f.remedy
+    assert f.config_changes == {}  # not a reference-trainer run: no flags to give
+    assert any("in /data/train: part-00000-of-00064.tfrecord" in e for e in f.evidence)
+
+
+def test_one_pipeline_reopening_its_files_each_epoch(tmp_path):
+    """One pipeline over 4 files, a file per step: over 12 steps each file is opened 3 times, an
+    epoch (4 steps) apart. Repeats are not copies."""
+    _, run = host_trace(tmp_path, steps=12, wait_ms=30,
+                        per_step=_opens(lambda i: [_shard(i % 4)]))
+    assert _finding(run) is None
+
+
+def test_a_reshuffled_epoch_boundary_is_not_a_copy(tmp_path):
+    """With the file list reshuffled each epoch, the file read last in one epoch can come first
+    in the next: one file reopened soon after, out of 8."""
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 7, 3, 5, 0, 1, 6, 2, 4]
+    _, run = host_trace(tmp_path, steps=16, wait_ms=30,
+                        per_step=_opens(lambda i: [_shard(order[i])]))
+    assert _finding(run) is None
+
+
+def test_copies_that_cost_nothing_are_low(tmp_path):
+    """The same duplication with no wait and no sampler data to show contention: named, with no
+    gain to claim."""
+    _, run = host_trace(tmp_path, steps=8,
+                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
+                                        roots=2))
+    f = _finding(run)
+    assert f is not None and f.severity == "low" and f.speedup == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_workers_reading_the_same_files(tmp_path, sharded):
+    """Two workers profiled into one run: unsharded, both open every file; sharded by file, each
+    opens its own."""
+    for w in range(2):
+        def files(i, w=w):
+            return [_shard(2 * i + w)] if sharded else [_shard(i)]
+        host_trace(tmp_path, steps=8, wait_ms=30, per_step=_opens(files),
+                   host_name=f"worker_{w}")
+    f = _finding(tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00")
+    if sharded:
+        assert f is None
+    else:
+        assert f is not None and f.numbers["across_hosts"] and f.numbers["copies"] == 2
+        assert f.numbers["files_read_more_than_once"] == 8
+        assert "worker" in f.title and f.severity == "high"
+
+
+def test_input_preprocessing_defers_to_the_copies_unless_it_has_a_cause(tmp_path):
+    """Producers busy with parsing (two 10 ms parse ops a step against a 30 ms wait: CPU-bound)
+    whose pipelines read the same files: the copies are the cause. With GZIP files the
+    decompression is a cause of its own, and both findings stand."""
+    for suffix, both in (("", False), (".gz", True)):
+        def files(i, suffix=suffix):
+            return [_shard(2 * i) + suffix, _shard(2 * i + 1) + suffix]
+        _, run = host_trace(tmp_path / (suffix or "plain"), steps=8, wait_ms=30, parse_ops=2,
+                            parse_op_ms=10,
+                            per_step=_opens(files, copies=2, roots=2))
+        found = {f.id: f for f in analyze(run).findings}
+        assert found[ID].severity == "high"
+        assert ("input_preprocessing" in found) is both
+
+
+def test_one_pipeline_with_more_interleave_slots_than_files(tmp_path):
+    """A repeated file list read by an interleave with more slots than files has two epochs of
+    each file open side by side: every file opened twice at once, yet the step pulls one batch
+    from one pipeline (a Keras job over 8 files with cycle_length 16)."""
+    _, run = host_trace(tmp_path, steps=8, wait_ms=30,
+                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2))
+    assert _finding(run) is None
