@@ -174,9 +174,9 @@ def detect(ctx: Context) -> Finding | None:
             f"the opens of one file came {dup.gap_ms:.1f} ms apart (median), while one pass over "
             f"the {dup.seen} files takes {dup.pass_ms:.0f} ms: copies read side by side, not "
             "the next epoch")
-    if batches >= 2:
+    if not dup.across_hosts:
         evidence.append(f"the training thread pulled {batches:g} batches per step "
-                        f"(Iterator::Root calls per step{' and host' if ctx.n_hosts > 1 else ''})")
+                        "(Iterator::Root calls per step)")
     if exposed:
         evidence.append(f"{wait:.0%} of step time the training thread waits for the next batch")
     if slowdown > 1:
