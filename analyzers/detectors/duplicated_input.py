@@ -12,8 +12,9 @@ Signals (docs/trace-signals.md, "Input read more than once"): the files the read
   CLOSE_REOPEN of the time the readers take to open each file seen once (pipelines with the
   same seed open each file together; one pipeline reopens a file an epoch later, or, at an epoch
   boundary of a reshuffled list, one file sooner), and the training thread pulling k batches a
-  step (`Iterator::Root` calls, one per pipeline): a single pipeline whose interleave has more
-  slots than files also opens each file twice at once, and pulls one batch;
+  step (`Iterator::Root` calls on the training thread, one per pipeline): a single pipeline
+  whose interleave has more slots than files also opens each file twice at once, and pulls one
+  batch;
 - across hosts (workers profiled into one run), the same files opened by several hosts: sharded
   workers read disjoint files.
 
@@ -87,7 +88,8 @@ def _across_hosts(opens: pd.DataFrame, batches: float) -> Duplication | None:
     dup = hosts[hosts >= 2]
     if len(dup) < MIN_FILES or len(dup) < MIN_SHARE * len(hosts):
         return None
-    return Duplication(copies=float(dup.median()), files=sorted(dup.index), seen=len(hosts),
+    # Over every file opened, as within a process: files one host reads are no copies.
+    return Duplication(copies=float(hosts.median()), files=sorted(dup.index), seen=len(hosts),
                        across_hosts=True, gap_ms=None, pass_ms=None, batches_per_step=batches)
 
 
@@ -110,9 +112,12 @@ def _within_process(opens: pd.DataFrame, batches: float) -> Duplication | None:
         dup = per_file[per_file["close"] > 0]
         if copies < MIN_COPIES or len(dup) < MIN_FILES or len(dup) < MIN_SHARE * seen:
             continue
+        # One pipeline's pass over the files: the bursts, not the opens, are its files. (The
+        # threshold took all opens: k times stricter with k copies, a margin kept.)
         found = Duplication(copies=copies, files=sorted(dup.index), seen=seen,
                             across_hosts=False, gap_ms=float(np.median(gap[close])) / 1e6,
-                            pass_ms=pass_ns / 1e6, batches_per_step=batches)
+                            pass_ms=span * seen / int(per_file["burst"].sum()) / 1e6,
+                            batches_per_step=batches)
         if best is None or found.copies > best.copies:
             best = found
     return best
@@ -128,8 +133,11 @@ def _file_list(files: list[str], shown: int = 4) -> str:
 
 
 def _batches_per_step(ctx: Context) -> float:
-    """Root-iterator calls per step and host: one per pipeline the training thread pulls from."""
-    roots = ctx.in_steps(name="Iterator::Root".__eq__, columns=("step_idx",))
+    """Root-iterator calls per step and host on the training thread: one per pipeline it pulls
+    from. Other threads' roots are no witness: a multi-device iterator's thread pulls from one
+    pipeline for every device."""
+    roots = ctx.in_steps(name="Iterator::Root".__eq__, line=ctx.main_line or None,
+                         columns=("step_idx",))
     if roots.empty:
         return 0.0
     per_step = np.bincount(roots["step_idx"].to_numpy(), minlength=ctx.n_steps)

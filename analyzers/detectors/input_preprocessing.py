@@ -100,9 +100,10 @@ def detect(ctx: Context) -> Finding | None:
         d_state = run_detector(dstate_threads, ctx)
         if isinstance(d_state, Finding) and d_state.severity in ("medium", "high"):
             producers, exposed = False, 0.0
-    if producers and not set(causes) - RESHAPING_CAUSES:
-        # Producers with no CPU cause of their own that read the same data several times: the
-        # copies are the cause, and duplicated_input's estimate counts what removing them buys.
+    if producers and not causes:
+        # Producers with no cause of their own that read the same data several times: the copies
+        # are the cause, and duplicated_input's estimate counts what removing them buys. (A
+        # reshaping cause, one reader or no prefetch, has a fix of its own.)
         copies = run_detector(duplicated_input, ctx)
         if isinstance(copies, Finding) and copies.severity in ("medium", "high"):
             return None

@@ -15,6 +15,7 @@ from tests.analyzers.traces import (
     PIPE,
     gpu_trace,
     host_trace,
+    sweeps,
     thread_samples,
     write_sampler,
 )
@@ -322,33 +323,12 @@ def _busy_readers(b, host, main, comp, t0, i):
             f"{PIPE}[{i * 4 + r}]::FlatMap::TFRecord", t0 + 1000, 40 * MS)
 
 
-def _sweeps(step_ms: float, wait_ms: float, input_running: int, *, model_running: bool = True,
-            intra_op: int = 0, hz: float = 200.0, steps: int = 5) -> pd.DataFrame:
-    """Sampler sweeps of a process (pid 100): the main thread (tid 100) sleeps in the step, the
-    model's thread (1001) runs while host_trace's ops do (after the wait, until 1.5 ms before
-    the step's end), and `input_running` of three tf.data threads (1002-1004) run all the time;
-    `intra_op` more threads (1010...), which write no trace events (Eigen's intra-op pool on
-    CPU), run with the model's. Sweeps start 2.5 ms into the profile so that none falls on an
-    edge."""
-    rows = []
-    for k in range(int(steps * step_ms / 1000 * hz)):
-        t = 2.5 + k * 1000 / hz
-        ops_run = wait_ms + 0.5 <= t % step_ms < step_ms - 1.5
-        states = {100: "S", 1001: "R" if model_running and ops_run else "S"}
-        states |= {1002 + j: "R" if j < input_running else "S" for j in range(3)}
-        states |= {1010 + j: states[1001] for j in range(intra_op)}
-        for tid, state in states.items():
-            rows.append({"t_ms": t, "tid": tid, "name": "python3", "state": state,
-                         "user_s": t / 1000 * (state == "R"), "system_s": 0.0})
-    return pd.DataFrame(rows)
-
-
 def test_contention_from_input_threads_needs_sampler_data(tmp_path):
     """Map ops on tf.data threads take 35% of 2 CPUs x step; the step never waits. Only the
     sampler shows that the model's thread shared the 2 cores with 2 more runnable threads."""
     _, run = host_trace(tmp_path, wait_ms=0, parse_op_ms=70)
     assert "input_preprocessing" not in by_id(analyze(run))  # no sampler: cannot claim it
-    write_sampler(run, _sweeps(100, 0, input_running=2), n_cpus=2)
+    write_sampler(run, sweeps(100, 0, input_running=2), n_cpus=2)
     f = by_id(analyze(run))["input_preprocessing"]
     # 3 runnable threads on 2 cores, ~1 of them the model's (its line is busy 98% of the time):
     # alone it would have a core; shared it had 2/3 of one.
@@ -376,7 +356,7 @@ def test_storage_waits_say_how_much_was_read_and_from_where(tmp_path, rchar, dev
     """Readers waiting with the CPU idle: the sampler's read counters give the bytes a step
     brings in (100 ms steps) and the share block devices served."""
     _, run = host_trace(tmp_path, wait_ms=60)
-    write_sampler(run, _sweeps(100, 60, input_running=0), n_cpus=2, cpu_percent=30,
+    write_sampler(run, sweeps(100, 60, input_running=0), n_cpus=2, cpu_percent=30,
                   read_mb_per_s=device, rchar_mb_per_s=rchar)
     f = by_id(analyze(run))["io_stall"]
     notes = [e for e in f.evidence if "through read calls" in e]
@@ -393,13 +373,13 @@ def test_storage_waits_say_how_much_was_read_and_from_where(tmp_path, rchar, dev
 def test_runnable_threads_without_cpu_bound_producers_are_not_contention(tmp_path, case):
     if case == "model alone runs":  # the map ops are there, but their threads sleep
         _, run = host_trace(tmp_path, wait_ms=0, parse_op_ms=70)
-        write_sampler(run, _sweeps(100, 0, input_running=0), n_cpus=2)
+        write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2)
     else:
         # Runnable threads beside the model, but the trace shows no CPU work that a fix would
         # take away: reader stages (which may be waiting on storage), or nothing at all.
         per_step = _busy_readers if case == "producers only read" else None
         _, run = host_trace(tmp_path, wait_ms=0, per_step=per_step)
-        write_sampler(run, _sweeps(100, 0, input_running=2), n_cpus=2)
+        write_sampler(run, sweeps(100, 0, input_running=2), n_cpus=2)
     assert "input_preprocessing" not in by_id(analyze(run))
 
 
@@ -417,7 +397,7 @@ def test_exposed_wait_estimate_counts_the_models_ops_freed_from_the_producers(tm
     import json
 
     _, run = host_trace(tmp_path, wait_ms=80, compute_ms=18, parse_ops=40)
-    write_sampler(run, _sweeps(100, 80, input_running=2), n_cpus=2)
+    write_sampler(run, sweeps(100, 80, input_running=2), n_cpus=2)
     if untraced_ms:
         (run / "recadvisor_run.json").write_text(json.dumps(
             {"tool": "recadvisor.reference_model", "step_time_ms": {"p50": untraced_ms}}))
@@ -444,7 +424,7 @@ def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_
     from analyzers.signals.os_sampler import core_sharing
 
     _, run = host_trace(tmp_path, wait_ms=80, compute_ms=18, parse_ops=40)
-    write_sampler(run, _sweeps(100, 80, input_running=2, intra_op=3), n_cpus=2)
+    write_sampler(run, sweeps(100, 80, input_running=2, intra_op=3), n_cpus=2)
     sharing = core_sharing(Context.build(load_run(run)))
     assert sharing.runnable == pytest.approx(6.0)
     assert sharing.traced_threads == pytest.approx(1.0, abs=0.05)
@@ -453,7 +433,7 @@ def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_
 
     # With no waits there is no idle-model baseline: the trace's count stands alone.
     _, busy = host_trace(tmp_path / "nowait", wait_ms=0, parse_op_ms=70)
-    write_sampler(busy, _sweeps(100, 0, input_running=2, intra_op=3), n_cpus=2)
+    write_sampler(busy, sweeps(100, 0, input_running=2, intra_op=3), n_cpus=2)
     sharing = core_sharing(Context.build(load_run(busy)))
     assert sharing.waking_threads is None
     assert sharing.slowdown == pytest.approx(3.0, rel=0.03)
@@ -461,7 +441,7 @@ def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_
 
 def test_no_contention_on_a_clean_trace_with_sampler_data(tmp_path):
     _, run = host_trace(tmp_path, wait_ms=1)
-    write_sampler(run, _sweeps(100, 1, input_running=0), n_cpus=2)
+    write_sampler(run, sweeps(100, 1, input_running=0), n_cpus=2)
     report = analyze(run)
     assert medium_or_high(report) == set()
 

@@ -6,25 +6,27 @@ from __future__ import annotations
 import pytest
 
 from analyzers.report import analyze
-from tests.analyzers.traces import MS, PIPE, host_trace
+from tests.analyzers.traces import MS, PIPE, host_trace, sweeps, write_sampler
 
 ID = "duplicated_input"
 OPEN = "TFRecordDatasetOp::Iterator::SetupStreamsLocked"
 
 
-def _opens(files_of_step, copies: int = 1, apart_ms: float = 2.0, roots: int = 1):
-    """Per step i, each of `copies` pipelines opens the files `files_of_step(i)` names, the
-    copies `apart_ms` apart, each on its own reader thread; the training thread pulls `roots`
-    batches (Iterator::Root calls)."""
+def _opens(files_of_step, copies: int = 1, apart_ms: float = 2.0, roots: int = 1,
+           roots_line: str | None = None):
+    """Per step i, copy c of `copies` pipelines opens the files `files_of_step(i, c)` names, the
+    copies `apart_ms` apart, each on its own reader thread; the training thread (or the line
+    `roots_line`) pulls `roots` batches (Iterator::Root calls)."""
     def add(b, host, main, comp, t0, i):
+        puller = main if roots_line is None else host.line(roots_line, line_id=90)
         for c in range(copies):
             line = host.line(f"tf_data_iterator_resource/{60 + c}", line_id=60 + c)
-            for k, name in enumerate(files_of_step(i)):
+            for k, name in enumerate(files_of_step(i, c)):
                 start = t0 + 3 * MS + k * 10 * MS + int(c * apart_ms * MS)
                 line.event(f"{PIPE}[{i}]::FlatMap[{k}]::TFRecord", start, 2 * MS)
                 line.event(OPEN, start + 1000, 500, filename=name)
         for r in range(roots):
-            main.event("Iterator::Root", t0 + MS // 4 + r * 1000, 500)
+            puller.event("Iterator::Root", t0 + MS // 4 + r * 1000, 500)
     return add
 
 
@@ -40,7 +42,7 @@ def test_two_pipelines_reading_the_same_files(tmp_path):
     """Each step pulls a batch from each of 2 pipelines with the same seed: every file opened
     twice, 2 ms apart; the steps wait 30 ms on producers that, alone, would need half the time."""
     _, run = host_trace(tmp_path, steps=8, wait_ms=30,
-                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
+                        per_step=_opens(lambda i, c: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
                                         roots=2))
     f = _finding(run)
     assert f is not None and f.numbers["copies"] == 2 and not f.numbers["across_hosts"]
@@ -56,10 +58,11 @@ def test_two_pipelines_reading_the_same_files(tmp_path):
 
 
 def test_one_pipeline_reopening_its_files_each_epoch(tmp_path):
-    """One pipeline over 4 files, a file per step: over 12 steps each file is opened 3 times, an
-    epoch (4 steps) apart. Repeats are not copies."""
+    """One pipeline over 4 files, a file per step, pulled twice a step (steps_per_execution 2,
+    gradient accumulation): over 12 steps each file is opened 3 times, an epoch (4 steps) apart.
+    Repeats are not copies."""
     _, run = host_trace(tmp_path, steps=12, wait_ms=30,
-                        per_step=_opens(lambda i: [_shard(i % 4)]))
+                        per_step=_opens(lambda i, c: [_shard(i % 4)], roots=2))
     assert _finding(run) is None
 
 
@@ -68,7 +71,7 @@ def test_a_reshuffled_epoch_boundary_is_not_a_copy(tmp_path):
     in the next: one file reopened soon after, out of 8."""
     order = [0, 1, 2, 3, 4, 5, 6, 7, 7, 3, 5, 0, 1, 6, 2, 4]
     _, run = host_trace(tmp_path, steps=16, wait_ms=30,
-                        per_step=_opens(lambda i: [_shard(order[i])]))
+                        per_step=_opens(lambda i, c: [_shard(order[i])], roots=2))
     assert _finding(run) is None
 
 
@@ -76,7 +79,7 @@ def test_copies_that_cost_nothing_are_low(tmp_path):
     """The same duplication with no wait and no sampler data to show contention: named, with no
     gain to claim."""
     _, run = host_trace(tmp_path, steps=8,
-                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
+                        per_step=_opens(lambda i, c: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
                                         roots=2))
     f = _finding(run)
     assert f is not None and f.severity == "low" and f.speedup == pytest.approx(1.0)
@@ -87,7 +90,7 @@ def test_workers_reading_the_same_files(tmp_path, sharded):
     """Two workers profiled into one run: unsharded, both open every file; sharded by file, each
     opens its own."""
     for w in range(2):
-        def files(i, w=w):
+        def files(i, c, w=w):
             return [_shard(2 * i + w)] if sharded else [_shard(i)]
         host_trace(tmp_path, steps=8, wait_ms=30, per_step=_opens(files),
                    host_name=f"worker_{w}")
@@ -105,7 +108,7 @@ def test_input_preprocessing_defers_to_the_copies_unless_it_has_a_cause(tmp_path
     whose pipelines read the same files: the copies are the cause. With GZIP files the
     decompression is a cause of its own, and both findings stand."""
     for suffix, both in (("", False), (".gz", True)):
-        def files(i, suffix=suffix):
+        def files(i, c, suffix=suffix):
             return [_shard(2 * i) + suffix, _shard(2 * i + 1) + suffix]
         _, run = host_trace(tmp_path / (suffix or "plain"), steps=8, wait_ms=30, parse_ops=2,
                             parse_op_ms=10,
@@ -120,5 +123,47 @@ def test_one_pipeline_with_more_interleave_slots_than_files(tmp_path):
     each file open side by side: every file opened twice at once, yet the step pulls one batch
     from one pipeline (a Keras job over 8 files with cycle_length 16)."""
     _, run = host_trace(tmp_path, steps=8, wait_ms=30,
-                        per_step=_opens(lambda i: [_shard(2 * i), _shard(2 * i + 1)], copies=2))
+                        per_step=_opens(lambda i, c: [_shard(2 * i), _shard(2 * i + 1)], copies=2))
     assert _finding(run) is None
+
+
+def test_two_pipelines_over_different_files(tmp_path):
+    """Two batches a step from two pipelines that read different data (training examples and a
+    side input): each file opened once."""
+    _, run = host_trace(tmp_path, steps=8, wait_ms=30,
+                        per_step=_opens(lambda i, c: [_shard(16 * c + 2 * i),
+                                                      _shard(16 * c + 2 * i + 1)],
+                                        copies=2, roots=2))
+    assert _finding(run) is None
+
+
+def test_batches_pulled_off_the_training_thread_are_no_witness(tmp_path):
+    """A multi-device iterator's thread pulls from the root once per device; the training thread
+    pulls none itself. With an interleave that reads two epochs of each file side by side, the
+    opens alone look like copies."""
+    _, run = host_trace(tmp_path, steps=8, wait_ms=30,
+                        per_step=_opens(lambda i, c: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
+                                        roots=2, roots_line="tf_data_multi_device_iterator/90"))
+    assert _finding(run) is None
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_contention_the_copies_cause(tmp_path, suffix):
+    """No wait, but 3 producer threads runnable beside the model's one on 2 cores: its ops took
+    2x as long (the sampler). With no cause of the pipeline's own, one pipeline's producers fit
+    beside the model and the fix takes all of it: 2x. With GZIP files, decompression stays with
+    the one pipeline left: half the 3 threads beyond the model's go, 1.25x of slowdown remains."""
+    def files(i, c):
+        return [_shard(2 * i) + suffix, _shard(2 * i + 1) + suffix]
+    _, run = host_trace(tmp_path, per_step=_opens(files, copies=2, roots=2))
+    assert _finding(run).severity == "low"  # no sampler: no contention to see
+    write_sampler(run, sweeps(100, 0, input_running=3), n_cpus=2)
+    f = _finding(run)
+    assert f.numbers["contention_slowdown"] == pytest.approx(2.0, rel=0.03)
+    if suffix:
+        assert f.numbers["slowdown_after"] == pytest.approx(1.25, rel=0.03)
+        assert f.speedup == pytest.approx(2.0 / 1.25, rel=0.03)
+    else:
+        assert f.numbers["slowdown_after"] == 1.0
+        assert f.speedup == pytest.approx(2.0, rel=0.03)
+    assert f.severity == "high"

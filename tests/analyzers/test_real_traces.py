@@ -14,7 +14,7 @@ import pytest
 
 from analyzers.detectors.per_step_overhead import batches_per_call
 from analyzers.report import analyze
-from analyzers.signals.input_pipeline import analyze_input_pipeline
+from analyzers.signals.input_pipeline import analyze_input_pipeline, file_opens
 from analyzers.signals.os_sampler import io_threads
 
 pytest.importorskip("tensorflow")
@@ -172,7 +172,10 @@ def test_workers_reading_the_same_files(foreign):
     assert f.numbers["across_hosts"] and f.numbers["copies"] == 2, f.evidence
     assert f.numbers["files_read_more_than_once"] >= 4 and "shard" in f.remedy
     sharded = analyze(foreign("multiworker_files_sharded"))
-    assert sharded.ctx.n_hosts == 2 and len(sharded.ctx.run.events) > 0
+    opens = file_opens(sharded.ctx)
+    per_host = [set(g["filename"]) for _, g in opens.groupby("host")]
+    # Both workers read (their own files): the finding's absence is not an empty trace's.
+    assert len(per_host) == 2 and all(per_host) and not per_host[0] & per_host[1], per_host
     assert "duplicated_input" not in {f.id for f in sharded.findings}
 
 
@@ -435,8 +438,9 @@ def test_reference_presets(tmp_path, cache_dir, preset, expected):
         assert "--id-hashing integer" in f.fix_command, f.fix_command
         return
     if preset == "per_device_input":
-        # 1.03-1.30x estimated against 1.04-1.25x measured over five rounds (README,
-        # "Diagnosis accuracy"): named with its copies, at whatever severity it earns.
+        # 1.02-1.24x estimated against 1.04-1.26x measured in five diagnosis runs, `low` in
+        # the two whose fix measured 1.04x and 1.06x (README, "Diagnosis accuracy"): named
+        # with its copies, at whatever severity it earns.
         f = {f.id: f for f in report.findings}[expected]
         assert f.numbers["copies"] == 2 and f.numbers["batches_per_step"] == 2
         assert "--input-loading broadcast" in f.fix_command, f.fix_command

@@ -165,6 +165,27 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     process.to_parquet(run_dir / "host.process.parquet")
 
 
+def sweeps(step_ms: float, wait_ms: float, input_running: int, *, model_running: bool = True,
+            intra_op: int = 0, hz: float = 200.0, steps: int = 5) -> pd.DataFrame:
+    """Sampler sweeps of a process (pid 100): the main thread (tid 100) sleeps in the step, the
+    model's thread (1001) runs while host_trace's ops do (after the wait, until 1.5 ms before
+    the step's end), and `input_running` of three tf.data threads (1002-1004) run all the time;
+    `intra_op` more threads (1010...), which write no trace events (Eigen's intra-op pool on
+    CPU), run with the model's. Sweeps start 2.5 ms into the profile so that none falls on an
+    edge."""
+    rows = []
+    for k in range(int(steps * step_ms / 1000 * hz)):
+        t = 2.5 + k * 1000 / hz
+        ops_run = wait_ms + 0.5 <= t % step_ms < step_ms - 1.5
+        states = {100: "S", 1001: "R" if model_running and ops_run else "S"}
+        states |= {1002 + j: "R" if j < input_running else "S" for j in range(3)}
+        states |= {1010 + j: states[1001] for j in range(intra_op)}
+        for tid, state in states.items():
+            rows.append({"t_ms": t, "tid": tid, "name": "python3", "state": state,
+                         "user_s": t / 1000 * (state == "R"), "system_s": 0.0})
+    return pd.DataFrame(rows)
+
+
 def thread_samples(duration_ms: float, hz: float,
                    threads: dict[str, tuple[str, float] | tuple[str, float, float]]
                    ) -> pd.DataFrame:

@@ -47,9 +47,15 @@ def main() -> None:
         losses = []
         for dense, ids, labels in batches:
             if case.get("per_device"):
-                # Per-device loading: every device's pipeline yields the same whole batch.
-                dense, ids, labels = ([tf.identity(x) for _ in range(n)]
-                                      for x in (dense, ids, labels))
+                # Per-device loading: each device's pipeline yields the whole batch; here each
+                # copy is wrong outside that device's rows of dense features and labels (which
+                # it must not use) and whole in ids (which it must), so a device that took
+                # another's batch or rows trains on other numbers.
+                b = batch // n
+                mine = [np.arange(batch) // b == j for j in range(n)]
+                dense = [tf.where(m[:, None], dense, dense + 100.0) for m in mine]
+                labels = [tf.where(m, labels, 1.0 - labels) for m in mine]
+                ids = [tf.identity(ids) for _ in range(n)]
             if case.get("serial"):
                 x = model.serial_copies(dense, ids, labels)
                 losses.append(float(model.step_placed(x.dense, x.ids, x.labels)))
