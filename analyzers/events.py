@@ -40,6 +40,7 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "tf_op": ("tf_op",),
     "root": ("_r",),
     "filename": ("filename",),  # the file a tf.data reader opens (TFRecordDataset)
+    "num_shards": ("num_shards",),  # a tf.data Shard stage's shard count (dataset.shard, DATA)
 }
 TEXT_STATS = {"memcpy_details", "tf_op", "filename"}
 

@@ -16,7 +16,11 @@ Signals (docs/trace-signals.md, "Input read more than once"): the files the read
   whose interleave has more slots than files also opens each file twice at once, and pulls one
   batch;
 - across hosts (workers profiled into one run), the same files opened by several hosts: sharded
-  workers read disjoint files.
+  workers read disjoint files;
+- in one worker's trace, a `Shard` stage above the record readers (`...::Shard::...::TFRecord`,
+  its `num_shards` stat): the elements are sharded after reading, so every worker reads every
+  record and keeps 1 in num_shards (tf.distribute's AutoShardPolicy.DATA, or dataset.shard
+  after the reader); sharding the file list puts the stage below the interleave, on file names.
 
 Estimate: the fix leaves one pipeline's work of the `copies`. The exposed wait: producers with
 1/copies of the work produce that much faster (bounded by the model's compute). The contention
@@ -29,14 +33,17 @@ so the copies take all of it; otherwise (copies - 1)/copies of the threads beyon
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
+from analyzers.events import cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
+    READERS,
     RESHAPING_CAUSES,
     analyze_input_pipeline,
     file_opens,
@@ -56,12 +63,17 @@ MIN_WAIT = 0.02
 MIN_SLOWDOWN = 1.1  # as input_preprocessing: contention below it is within the sampler's noise
 
 
+# A Shard stage with a record reader below it: elements sharded after they were read.
+_SHARD_ABOVE_READER = re.compile(rf"::Shard(\[\d+\])?::.*::({'|'.join(READERS)})(\[\d+\])?$")
+_SHARD_STAGE = re.compile(r"::Shard(\[\d+\])?$")
+
+
 @dataclass(frozen=True)
 class Duplication:
-    copies: float  # pipelines (or hosts) reading each duplicated file, median
-    files: list[str]  # the files read more than once
+    how: str  # "pipelines" (in one process), "hosts", or "shard" (elements sharded after reading)
+    copies: float  # pipelines, hosts or shards reading each record, median
+    files: list[str]  # the files read more than once (all files seen, for "shard")
     seen: int  # files opened in the window
-    across_hosts: bool
     gap_ms: float | None  # within a process: median time between one file's close opens
     pass_ms: float | None  # within a process: one pass over the files seen
     batches_per_step: float  # Iterator::Root calls per step and host
@@ -69,16 +81,30 @@ class Duplication:
 
 def duplication(ctx: Context) -> Duplication | None:
     opens = file_opens(ctx)
-    if opens["filename"].nunique() < MIN_FILES:
-        return None
     batches = _batches_per_step(ctx)
-    found = _across_hosts(opens, batches)
-    if found is None and batches >= MIN_COPIES:
-        # One pipeline pulls one batch a step, even when its interleave has more slots than
-        # files and reads two epochs of one file side by side (a Keras job over 8 files with
-        # cycle_length 16 opened each twice within milliseconds).
-        found = _within_process(opens, batches)
-    return found
+    found = None
+    if opens["filename"].nunique() >= MIN_FILES:
+        found = _across_hosts(opens, batches)
+        if found is None and batches >= MIN_COPIES:
+            # One pipeline pulls one batch a step, even when its interleave has more slots than
+            # files and reads two epochs of one file side by side (a Keras job over 8 files with
+            # cycle_length 16 opened each twice within milliseconds).
+            found = _within_process(opens, batches)
+    return found or _sharded_after_reading(ctx, opens, batches)
+
+
+def _sharded_after_reading(ctx: Context, opens: pd.DataFrame, batches: float
+                           ) -> Duplication | None:
+    ev = ctx.events
+    if "num_shards" not in ev or not cat_mask(ev["name"], _SHARD_ABOVE_READER.search).any():
+        return None
+    shards = ev["num_shards"][cat_mask(ev["name"], _SHARD_STAGE.search)]
+    counts = shards[shards.to_numpy(np.int64) > 0].to_numpy(np.int64)
+    if not len(counts) or np.median(counts) < MIN_COPIES:
+        return None
+    files = sorted(set(opens["filename"]))
+    return Duplication(how="shard", copies=float(np.median(counts)), files=files, seen=len(files),
+                       gap_ms=None, pass_ms=None, batches_per_step=batches)
 
 
 def _across_hosts(opens: pd.DataFrame, batches: float) -> Duplication | None:
@@ -89,8 +115,8 @@ def _across_hosts(opens: pd.DataFrame, batches: float) -> Duplication | None:
     if len(dup) < MIN_FILES or len(dup) < MIN_SHARE * len(hosts):
         return None
     # Over every file opened, as within a process: files one host reads are no copies.
-    return Duplication(copies=float(hosts.median()), files=sorted(dup.index), seen=len(hosts),
-                       across_hosts=True, gap_ms=None, pass_ms=None, batches_per_step=batches)
+    return Duplication(how="hosts", copies=float(hosts.median()), files=sorted(dup.index),
+                       seen=len(hosts), gap_ms=None, pass_ms=None, batches_per_step=batches)
 
 
 def _within_process(opens: pd.DataFrame, batches: float) -> Duplication | None:
@@ -114,13 +140,20 @@ def _within_process(opens: pd.DataFrame, batches: float) -> Duplication | None:
             continue
         # One pipeline's pass over the files: the bursts, not the opens, are its files. (The
         # threshold took all opens: k times stricter with k copies, a margin kept.)
-        found = Duplication(copies=copies, files=sorted(dup.index), seen=seen,
-                            across_hosts=False, gap_ms=float(np.median(gap[close])) / 1e6,
+        found = Duplication(how="pipelines", copies=copies, files=sorted(dup.index), seen=seen,
+                            gap_ms=float(np.median(gap[close])) / 1e6,
                             pass_ms=span * seen / int(per_file["burst"].sum()) / 1e6,
                             batches_per_step=batches)
         if best is None or found.copies > best.copies:
             best = found
     return best
+
+
+def _shard_path(ctx: Context) -> str:
+    """The first stage path that reads records below a Shard stage, element indices dropped."""
+    names = ctx.events["name"].cat.categories
+    hit = next(str(n) for n in names if _SHARD_ABOVE_READER.search(str(n)))
+    return re.sub(r"\[\d+\]", "", hit)
 
 
 def _file_list(files: list[str], shown: int = 4) -> str:
@@ -155,7 +188,7 @@ def detect(ctx: Context) -> Finding | None:
     compute = step_ms * (1 - exposed)
     pipe = analyze_input_pipeline(ctx)
     own_cpu_work = set(pipeline_causes(ctx, pipe)) - RESHAPING_CAUSES
-    sharing = (core_sharing(ctx) if not ctx.has_accelerator and not dup.across_hosts else None)
+    sharing = (core_sharing(ctx) if not ctx.has_accelerator and dup.how != "hosts" else None)
     slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0
     if slowdown > 1 and own_cpu_work:
         d, n = sharing.model_threads, sharing.n_cpus
@@ -174,15 +207,23 @@ def detect(ctx: Context) -> Finding | None:
     before = untraced if inflated else step_ms
     saved = 1 - after / before if before else 0.0
     batches = dup.batches_per_step
-    where = (f"{k:g} hosts" if dup.across_hosts else f"{k:g} input pipelines in one process")
-    evidence = [f"{len(dup.files)} of the {dup.seen} files the readers opened were read by "
-                f"{where}: {_file_list(dup.files)}"]
+    if dup.how == "shard":
+        evidence = [f"a Shard stage above the readers keeps 1 in {k:g} of the records: every "
+                    f"worker reads and parses every record and drops the others' "
+                    f"(`{_shard_path(ctx)}`)"]
+        if dup.files:
+            evidence.append(f"the readers opened {dup.seen} file(s): {_file_list(dup.files)}")
+    else:
+        where = (f"{k:g} hosts" if dup.how == "hosts"
+                 else f"{k:g} input pipelines in one process")
+        evidence = [f"{len(dup.files)} of the {dup.seen} files the readers opened were read by "
+                    f"{where}: {_file_list(dup.files)}"]
     if dup.gap_ms is not None:
         evidence.append(
             f"the opens of one file came {dup.gap_ms:.1f} ms apart (median), while one pass over "
             f"the {dup.seen} files takes {dup.pass_ms:.0f} ms: copies read side by side, not "
             "the next epoch")
-    if not dup.across_hosts:
+    if dup.how == "pipelines":
         evidence.append(f"the training thread pulled {batches:g} batches per step "
                         "(Iterator::Root calls per step)")
     if exposed:
@@ -198,22 +239,32 @@ def detect(ctx: Context) -> Finding | None:
     evidence.append(f"estimate: after the fix a step is {after:.1f} ms against "
                     + (f"the untraced median step ({before:.1f} ms, run metadata)" if inflated
                        else f"the {before:.1f} ms profiled step"))
-    remedy = ("Read and parse each batch once: one input pipeline whose batch is split among the "
-              "devices in one process, or, one process per device, load on the first worker and "
-              "broadcast the batch to the others (seed 001: 32% faster over NVLink); where each "
-              "worker needs only its share, shard the files before reading "
-              "(dataset.shard(num_workers, worker_index) on the file list, or "
-              "AutoShardPolicy.FILE) so workers read disjoint files.")
+    broadcast = ("load on the first worker and broadcast the batch to the others (seed 001: "
+                 "32% faster over NVLink)")
+    shard_files = ("shard the files, not the records: AutoShardPolicy.FILE (with at least as "
+                   "many files as workers) or dataset.shard(num_workers, worker_index) on the "
+                   "file list before the interleave, so workers read disjoint files")
+    if dup.how == "shard":
+        remedy = (f"{shard_files[0].upper()}{shard_files[1:]}; AutoShardPolicy.DATA (what AUTO "
+                  "falls back to when files cannot be sharded) and a shard after the reader make "
+                  f"every worker read everything. Where every worker needs every sample "
+                  f"(hybrid-parallel embeddings), {broadcast}.")
+        title = f"Input read {k:g} times over: every worker reads every record and keeps 1 in {k:g}"
+    else:
+        remedy = ("Read and parse each batch once: one input pipeline whose batch is split among "
+                  f"the devices in one process, or, one process per device, {broadcast}; where "
+                  f"each worker needs only its share, {shard_files}.")
+        title = (f"Input read and parsed {k:g} times: every "
+                 f"{'worker' if dup.how == 'hosts' else 'pipeline'} loads the same data")
     return Finding(
         id=ID,
-        title=f"Input read and parsed {k:g} times: every "
-              f"{'worker' if dup.across_hosts else 'pipeline'} loads the same data",
+        title=title,
         step_fraction=min(1.0, max(0.0, 1 - after / before)) if before else 0.0,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
         remedy=remedy,
         numbers={"copies": k, "files_read_more_than_once": len(dup.files),
-                 "files_opened": dup.seen, "across_hosts": dup.across_hosts,
+                 "files_opened": dup.seen, "how": dup.how,
                  "reopen_gap_ms": None if dup.gap_ms is None else round(dup.gap_ms, 3),
                  "pass_ms": None if dup.pass_ms is None else round(dup.pass_ms, 3),
                  "batches_per_step": round(batches, 2),

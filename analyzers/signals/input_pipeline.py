@@ -29,7 +29,7 @@ _PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 _FILE_OPS = frozenset({"ReadFile"})  # tf.io.read_file in a map
 # File-reading stages, by the dataset type TF names their iterators with (TFRecordDataset ->
 # `TFRecord`, CsvDataset -> `CSV`, Dataset.load -> `Load`, snapshot -> `Snapshot`).
-_READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "CSV", "SSTable", "Parquet",
+READERS = ("TFRecord", "FixedLengthRecord", "TextLine", "CSV", "SSTable", "Parquet",
             "ArrayRecord", "Snapshot", "Load", "LMDB", "Sql")
 _BRACKETS = re.compile(r"\[\d+\]")
 # A direct child of an interleave element (`...ParallelInterleaveV4[37]::FlatMap`): one per open
@@ -46,7 +46,7 @@ _RECORD_READERS = frozenset({"TFRecord", "ArrayRecord"})
 # A reader's iterator made: one per input file (`MakeIterator::TFRecordDataset`, the dataset op's
 # name without its version), whether an interleave, a flat_map or the reader's own file list
 # opens it (docs/trace-signals.md, "Jobs that are not ours": over-sharded files).
-_READER_ITERATOR = re.compile(rf"^MakeIterator::({'|'.join(_READERS)})Dataset(V\d+)?$")
+_READER_ITERATOR = re.compile(rf"^MakeIterator::({'|'.join(READERS)})Dataset(V\d+)?$")
 
 
 @dataclass
@@ -118,7 +118,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     # `from_tensor_slices(paths).map(tf.io.read_file)` reads files with no reader stage.
     is_file_op = is_op & cat_mask(work["op_type"], _FILE_OPS.__contains__)
     is_string_hash = is_op & (cause_codes(wname) == CAUSE_IDS.index("ints_as_strings"))
-    is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _READERS)
+    is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in READERS)
     is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
     reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
@@ -166,7 +166,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         python_calls_per_step=int(is_python.sum()) / n,
         python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
-        reads_files=bool(stages & set(_READERS)) or reader_ms > 0 or bool(is_file_op.any()),
+        reads_files=bool(stages & set(READERS)) or reader_ms > 0 or bool(is_file_op.any()),
         # Each host reads its own share of the batch: calls per step and host.
         records_per_step=records / n / max(work["host"][is_record].nunique(), 1),
         file_reads_per_step=int(is_file_op.sum()) / n / max(

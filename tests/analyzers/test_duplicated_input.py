@@ -8,6 +8,8 @@ import pytest
 from analyzers.report import analyze
 from tests.analyzers.traces import MS, PIPE, host_trace, sweeps, write_sampler
 
+DATA_SHARDED = "Iterator::Root::Prefetch::Shard::Rebatch::Prefetch::BatchV2::ParallelInterleaveV4"
+
 ID = "duplicated_input"
 OPEN = "TFRecordDatasetOp::Iterator::SetupStreamsLocked"
 
@@ -45,7 +47,7 @@ def test_two_pipelines_reading_the_same_files(tmp_path):
                         per_step=_opens(lambda i, c: [_shard(2 * i), _shard(2 * i + 1)], copies=2,
                                         roots=2))
     f = _finding(run)
-    assert f is not None and f.numbers["copies"] == 2 and not f.numbers["across_hosts"]
+    assert f is not None and f.numbers["copies"] == 2 and f.numbers["how"] == "pipelines"
     assert f.numbers["files_read_more_than_once"] == 16 == f.numbers["files_opened"]
     assert f.numbers["batches_per_step"] == 2
     assert f.numbers["reopen_gap_ms"] == pytest.approx(2.0)
@@ -98,7 +100,7 @@ def test_workers_reading_the_same_files(tmp_path, sharded):
     if sharded:
         assert f is None
     else:
-        assert f is not None and f.numbers["across_hosts"] and f.numbers["copies"] == 2
+        assert f is not None and f.numbers["how"] == "hosts" and f.numbers["copies"] == 2
         assert f.numbers["files_read_more_than_once"] == 8
         assert "worker" in f.title and f.severity == "high"
 
@@ -167,3 +169,37 @@ def test_contention_the_copies_cause(tmp_path, suffix):
         assert f.numbers["slowdown_after"] == 1.0
         assert f.speedup == pytest.approx(2.0, rel=0.03)
     assert f.severity == "high"
+
+
+def _shard_stage(name: str, num_shards: int):
+    """A Shard stage's call per step, with its `num_shards` stat, on a tf.data thread."""
+    def add(b, host, main, comp, t0, i):
+        host.line("tf_data_multi_device_iterator_resource/70", line_id=70).event(
+            name, t0 + MS // 2, MS, num_shards=num_shards, index=1)
+    return add
+
+
+@pytest.mark.parametrize(("pipeline", "stage", "num_shards", "found"), [
+    # tf.distribute's AutoShardPolicy.DATA: the shard above everything, readers included.
+    (DATA_SHARDED, "Iterator::Root::Prefetch::Shard", 2, True),
+    # The file list sharded (AutoShardPolicy.FILE written by hand): below the interleave.
+    (PIPE, f"{PIPE}::Shard::TensorSlice", 2, False),
+    (PIPE, f"{PIPE}::Shard", 2, False),
+    # One shard of one: nothing dropped.
+    (DATA_SHARDED, "Iterator::Root::Prefetch::Shard", 1, False),
+])
+def test_records_sharded_after_reading(tmp_path, pipeline, stage, num_shards, found):
+    """One worker's trace is enough: a Shard stage above the record readers keeps 1 in
+    num_shards of what every worker reads. A 30 ms wait on producers with half the work left is
+    the model's 70 ms after the fix."""
+    _, run = host_trace(tmp_path, steps=8, wait_ms=30, pipeline=pipeline,
+                        per_step=_shard_stage(stage, num_shards))
+    f = _finding(run)
+    if not found:
+        assert f is None
+        return
+    assert f.numbers["how"] == "shard" and f.numbers["copies"] == 2
+    assert f.speedup == pytest.approx(100 / 70, rel=0.01) and f.severity == "high"
+    assert "AutoShardPolicy.FILE" in f.remedy and "keeps 1 in 2" in f.title
+    assert "Shard::Rebatch::Prefetch::BatchV2::ParallelInterleaveV4::FlatMap::TFRecord" in (
+        f.evidence[0])

@@ -162,15 +162,31 @@ def test_multiworker_all_reduce_over_rpc(foreign):
     assert all(f.severity != "high" for f in compute.findings), compute.findings
 
 
-def test_workers_reading_the_same_files(foreign):
+def _one_worker(logdir: Path, dest: Path) -> Path:
+    """The first worker's xplane alone in a run of its own (a job that profiles its chief)."""
+    xplane = sorted(logdir.rglob("*.xplane.pb"))[0]
+    run = dest / "plugins" / "profile" / "run1"
+    run.mkdir(parents=True)
+    shutil.copy(xplane, run)
+    return dest
+
+
+def test_workers_reading_the_same_files(foreign, tmp_path):
     """The two workers reading 8 TFRecord files: sharded by data (AutoShardPolicy.DATA) both
     open every file, so the input is read and parsed twice; sharded by file each opens its own
-    four (docs/trace-signals.md, "Input read more than once")."""
+    four (docs/trace-signals.md, "Input read more than once"). One worker's trace alone shows
+    the DATA policy's Shard stage above the readers."""
     report = analyze(foreign("multiworker_files"))
     assert report.ctx.n_hosts == 2
     f = {f.id: f for f in report.findings}["duplicated_input"]
-    assert f.numbers["across_hosts"] and f.numbers["copies"] == 2, f.evidence
+    assert f.numbers["how"] == "hosts" and f.numbers["copies"] == 2, f.evidence
     assert f.numbers["files_read_more_than_once"] >= 4 and "shard" in f.remedy
+    alone = analyze(_one_worker(foreign("multiworker_files"), tmp_path / "data"))
+    f = {f.id: f for f in alone.findings}["duplicated_input"]
+    assert f.numbers["how"] == "shard" and f.numbers["copies"] == 2, f.evidence
+    sharded_alone = analyze(_one_worker(foreign("multiworker_files_sharded"), tmp_path / "file"))
+    assert sharded_alone.ctx.n_steps > 1
+    assert "duplicated_input" not in {f.id for f in sharded_alone.findings}
     sharded = analyze(foreign("multiworker_files_sharded"))
     opens = file_opens(sharded.ctx)
     per_host = [set(g["filename"]) for _, g in opens.groupby("host")]
