@@ -38,3 +38,10 @@ def run_detector(module: ModuleType, ctx: Context) -> Finding | Skipped | None:
     """`module.detect(ctx)`, once per run: the report asks every detector, and a detector that
     leaves time another one estimates (step_stalls) asks that one too."""
     return ctx.memo(f"detector:{module.ID}", lambda: module.detect(ctx))
+
+
+def claims(module: ModuleType, ctx: Context) -> bool:
+    """Whether `module` reports a medium or high finding: one that an overlapping detector
+    leaves the time to."""
+    found = run_detector(module, ctx)
+    return getattr(found, "severity", None) in ("medium", "high")

@@ -43,11 +43,14 @@ from analyzers.context import Context
 from analyzers.events import cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
+    MIN_INPUT_WAIT,
     READERS,
     RESHAPING_CAUSES,
     analyze_input_pipeline,
     file_opens,
     pipeline_causes,
+    some_paths,
+    step_before_fix,
 )
 from analyzers.signals.os_sampler import core_sharing
 
@@ -59,12 +62,10 @@ CLOSE_REOPEN = 0.25
 MIN_FILES = 2
 MIN_SHARE = 0.5  # of the files opened in the window, read more than once
 MIN_COPIES = 1.5  # opens of a file per burst (median over the files), and batches per step
-MIN_WAIT = 0.02
-MIN_SLOWDOWN = 1.1  # as input_preprocessing: contention below it is within the sampler's noise
 
-
-# A Shard stage with a record reader below it: elements sharded after they were read.
-_SHARD_ABOVE_READER = re.compile(rf"::Shard(\[\d+\])?::.*::({'|'.join(READERS)})(\[\d+\])?$")
+# A Shard stage with a record reader below it (stage paths, element indices dropped): elements
+# sharded after they were read.
+_SHARD_ABOVE_READER = re.compile(rf"::Shard::.*::({'|'.join(READERS)})$")
 _SHARD_STAGE = re.compile(r"::Shard(\[\d+\])?$")
 
 
@@ -77,34 +78,40 @@ class Duplication:
     gap_ms: float | None  # within a process: median time between one file's close opens
     pass_ms: float | None  # within a process: one pass over the files seen
     batches_per_step: float  # Iterator::Root calls per step and host
+    stage: str | None = None  # "shard": the stage path reading records below the Shard stage
 
 
 def duplication(ctx: Context) -> Duplication | None:
     opens = file_opens(ctx)
+    files = opens["filename"].nunique() >= MIN_FILES
+    stage = next((p for p in analyze_input_pipeline(ctx).stage_paths
+                  if _SHARD_ABOVE_READER.search(p)), None)
+    if not files and stage is None:
+        return None
     batches = _batches_per_step(ctx)
     found = None
-    if opens["filename"].nunique() >= MIN_FILES:
+    if files:
         found = _across_hosts(opens, batches)
         if found is None and batches >= MIN_COPIES:
             # One pipeline pulls one batch a step, even when its interleave has more slots than
             # files and reads two epochs of one file side by side (a Keras job over 8 files with
             # cycle_length 16 opened each twice within milliseconds).
             found = _within_process(opens, batches)
-    return found or _sharded_after_reading(ctx, opens, batches)
+    if found is None and stage is not None:
+        found = _sharded_after_reading(ctx, stage, opens, batches)
+    return found
 
 
-def _sharded_after_reading(ctx: Context, opens: pd.DataFrame, batches: float
+def _sharded_after_reading(ctx: Context, stage: str, opens: pd.DataFrame, batches: float
                            ) -> Duplication | None:
     ev = ctx.events
-    if "num_shards" not in ev or not cat_mask(ev["name"], _SHARD_ABOVE_READER.search).any():
-        return None
-    shards = ev["num_shards"][cat_mask(ev["name"], _SHARD_STAGE.search)]
-    counts = shards[shards.to_numpy(np.int64) > 0].to_numpy(np.int64)
+    shards = ev["num_shards"][cat_mask(ev["name"], _SHARD_STAGE.search)].to_numpy(np.int64)
+    counts = shards[shards > 0]
     if not len(counts) or np.median(counts) < MIN_COPIES:
         return None
     files = sorted(set(opens["filename"]))
     return Duplication(how="shard", copies=float(np.median(counts)), files=files, seen=len(files),
-                       gap_ms=None, pass_ms=None, batches_per_step=batches)
+                       gap_ms=None, pass_ms=None, batches_per_step=batches, stage=stage)
 
 
 def _across_hosts(opens: pd.DataFrame, batches: float) -> Duplication | None:
@@ -149,20 +156,11 @@ def _within_process(opens: pd.DataFrame, batches: float) -> Duplication | None:
     return best
 
 
-def _shard_path(ctx: Context) -> str:
-    """The first stage path that reads records below a Shard stage, element indices dropped."""
-    names = ctx.events["name"].cat.categories
-    hit = next(str(n) for n in names if _SHARD_ABOVE_READER.search(str(n)))
-    return re.sub(r"\[\d+\]", "", hit)
-
-
-def _file_list(files: list[str], shown: int = 4) -> str:
-    """A few of the files, their common folder said once."""
+def _file_list(files: list[str]) -> str:
+    """A few of the files (some_paths), their common folder said once."""
     folder = os.path.commonpath(files) if len(files) > 1 and all(
         f.startswith("/") for f in files) else ""
-    names = [f[len(folder):].lstrip("/") for f in files[:shown]] if folder else files[:shown]
-    more = f" and {len(files) - shown} more" if len(files) > shown else ""
-    return (f"in {folder}: " if folder else "") + ", ".join(names) + more
+    return (f"in {folder}: " if folder else "") + some_paths(files, shown=4)
 
 
 def _batches_per_step(ctx: Context) -> float:
@@ -184,12 +182,12 @@ def detect(ctx: Context) -> Finding | None:
     k = dup.copies
     step_ms = ctx.steps.median_step_ns() / 1e6
     wait = ctx.fractions.get("input_wait", 0.0)
-    exposed = wait if wait >= MIN_WAIT else 0.0
+    exposed = wait if wait >= MIN_INPUT_WAIT else 0.0
     compute = step_ms * (1 - exposed)
     pipe = analyze_input_pipeline(ctx)
     own_cpu_work = set(pipeline_causes(ctx, pipe)) - RESHAPING_CAUSES
     sharing = (core_sharing(ctx) if not ctx.has_accelerator and dup.how != "hosts" else None)
-    slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0
+    slowdown = sharing.counted_slowdown if sharing else 1.0
     if slowdown > 1 and own_cpu_work:
         d, n = sharing.model_threads, sharing.n_cpus
         left = d + (sharing.runnable - d) / k
@@ -200,17 +198,13 @@ def detect(ctx: Context) -> Finding | None:
     if exposed:
         # One pipeline's work, produced k times faster, bounded by the model's compute.
         after = max(after, step_ms / k)
-    untraced = ctx.untraced_step_ms
-    # As input_preprocessing: a profiled step longer than the untraced one carries the
-    # profiler's per-element cost on the input side, which the fix takes away with the copies.
-    inflated = untraced is not None and after <= untraced < step_ms
-    before = untraced if inflated else step_ms
+    before, inflated = step_before_fix(ctx, after, step_ms)
     saved = 1 - after / before if before else 0.0
     batches = dup.batches_per_step
     if dup.how == "shard":
         evidence = [f"a Shard stage above the readers keeps 1 in {k:g} of the records: every "
                     f"worker reads and parses every record and drops the others' "
-                    f"(`{_shard_path(ctx)}`)"]
+                    f"(`{dup.stage}`)"]
         if dup.files:
             evidence.append(f"the readers opened {dup.seen} file(s): {_file_list(dup.files)}")
     else:

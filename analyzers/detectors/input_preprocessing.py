@@ -17,23 +17,24 @@ parallelism, no prefetch.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.detectors import dstate_threads, duplicated_input, run_detector
+from analyzers.detectors import claims, dstate_threads, duplicated_input
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
+    MIN_INPUT_WAIT,
     RESHAPING_CAUSES,
     analyze_input_pipeline,
     input_cpu_bound,
     input_wait_ranges,
     pipeline_causes,
+    step_before_fix,
 )
 from analyzers.signals.os_sampler import core_sharing, read_volume, summarize
 
 ID = "input_preprocessing"
-MIN_WAIT = 0.02
 # Contention counts when map-function ops (or a named CPU cause) show the producers' CPU work and
-# the sampler shows the model's ops slowed by at least MIN_SLOWDOWN for sharing the cores.
+# the sampler shows the model's ops slowed (by at least os_sampler.MIN_SLOWDOWN) for sharing the
+# cores.
 MIN_INPUT_OP_SHARE = 0.3
-MIN_SLOWDOWN = 1.1
 LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
 
 _FIXES = {
@@ -77,7 +78,7 @@ def detect(ctx: Context) -> Finding | None:
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
     causes = pipeline_causes(ctx, pipe)
-    exposed = wait if wait >= MIN_WAIT and (cpu_bound or causes) else 0.0
+    exposed = wait if wait >= MIN_INPUT_WAIT and (cpu_bound or causes) else 0.0
     n_cpus = ctx.n_cpus or (sampler.n_cpus if sampler else 1)
     step_ms = ctx.steps.median_step_ns() / 1e6
     op_share = pipe.input_op_ms_per_step / (n_cpus * step_ms) if step_ms else 0.0
@@ -91,25 +92,20 @@ def detect(ctx: Context) -> Finding | None:
     # step time, mostly in I/O).
     named_work = bool(set(causes) - RESHAPING_CAUSES) or op_share >= MIN_INPUT_OP_SHARE
     producers = named_work or bool(exposed and cpu_bound)
-    if producers and not named_work:
-        # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads
-        # fill the cores with kernel work per request, the contention and the wait are
-        # dstate_threads' (its estimate counts both; the fair-share slowdown here read 3.9x for
-        # I/O threads that run in short bursts, against 1.4x measured: docs/trace-signals.md,
-        # "Threads in D state").
-        d_state = run_detector(dstate_threads, ctx)
-        if isinstance(d_state, Finding) and d_state.severity in ("medium", "high"):
-            producers, exposed = False, 0.0
-    if producers and not causes:
-        # Producers with no cause of their own that read the same data several times: the copies
-        # are the cause, and duplicated_input's estimate counts what removing them buys. (A
-        # reshaping cause, one reader or no prefetch, has a fix of its own.)
-        copies = run_detector(duplicated_input, ctx)
-        if isinstance(copies, Finding) and copies.severity in ("medium", "high"):
-            return None
+    # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads fill
+    # the cores with kernel work per request, the contention and the wait are dstate_threads'
+    # (its estimate counts both; the fair-share slowdown here read 3.9x for I/O threads that run
+    # in short bursts, against 1.4x measured: docs/trace-signals.md, "Threads in D state").
+    if producers and not named_work and claims(dstate_threads, ctx):
+        producers, exposed = False, 0.0
+    # Producers with no cause of their own that read the same data several times: the copies are
+    # the cause, and duplicated_input's estimate counts what removing them buys. (A reshaping
+    # cause, one reader or no prefetch, has a fix of its own.)
+    if producers and not causes and claims(duplicated_input, ctx):
+        return None
     sharing = (core_sharing(ctx) if producers and sampler is not None
                and not ctx.has_accelerator and not reshaping else None)
-    slowdown = sharing.slowdown if sharing and sharing.slowdown >= MIN_SLOWDOWN else 1.0
+    slowdown = sharing.counted_slowdown if sharing else 1.0
     if exposed == 0.0 and slowdown == 1.0:
         return None
     if reshaping:
@@ -119,18 +115,11 @@ def detect(ctx: Context) -> Finding | None:
         estimate = ""
     else:
         # The fix takes the producers' work away: a step becomes the model's compute alone, at
-        # the speed it has with the cores to itself. When the profiled steps ran longer than the
-        # untraced ones (run metadata), the excess is the profiler's cost on the per-element input
-        # side, not on the model's few ops (docs/trace-signals.md, "The profiler's own cost"):
-        # that cost sits in the wait and in the contention both, and the fix removes both, so
-        # the untraced step is the step before, unless even the model's compute alone, at its
-        # uncontended speed, outlasts it (the profiler slowed the model too: only proportions
-        # hold then).
-        untraced = ctx.untraced_step_ms
+        # the speed it has with the cores to itself. The profiler's per-element cost sits in the
+        # wait and in the contention both, and the fix removes both (step_before_fix).
         compute = step_ms * (1 - exposed)
         after = compute / slowdown
-        inflated = untraced is not None and after <= untraced < step_ms
-        before = untraced if inflated else step_ms
+        before, inflated = step_before_fix(ctx, after, step_ms)
         saved = 1 - after / before if before else 0.0
         step_fraction = exposed + (1 - exposed) * (1 - 1 / slowdown)
         against = (f"the untraced median step ({before:.1f} ms, run metadata; the profiled one "

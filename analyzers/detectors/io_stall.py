@@ -11,6 +11,7 @@ from __future__ import annotations
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
+    MIN_INPUT_WAIT,
     analyze_input_pipeline,
     input_cpu_bound,
     input_wait_ranges,
@@ -20,7 +21,6 @@ from analyzers.signals.input_pipeline import (
 from analyzers.signals.os_sampler import read_volume, summarize
 
 ID = "io_stall"
-MIN_WAIT = 0.02
 # The remedy doubles the reads in flight. Input-bound, a step lasts as long as producing one
 # batch; with the CPU idle, storage latency overlaps across readers, so k times the readers make
 # the batch k times faster, until the step's own compute (1 - wait) is the limit:
@@ -30,7 +30,7 @@ READ_PARALLELISM_GAIN = 2.0
 
 def detect(ctx: Context) -> Finding | None:
     wait = ctx.fractions.get("input_wait", 0.0)
-    if wait < MIN_WAIT:
+    if wait < MIN_INPUT_WAIT:
         return None
     pipe = analyze_input_pipeline(ctx)
     if pipe.stage_paths and not pipe.reads_files:

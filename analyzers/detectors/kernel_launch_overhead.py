@@ -19,7 +19,7 @@ from analyzers.context import Context
 from analyzers.events import line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.quantiles import median
-from analyzers.steps import CATEGORIES, covered_ns, merge_intervals
+from analyzers.steps import CATEGORIES, covered_outside, merge_intervals
 
 ID = "kernel_launch_overhead"
 MIN_OPS_PER_STEP = 150
@@ -119,9 +119,8 @@ def _executor_overhead(ctx: Context) -> float:
     fs, fe = _merged(ctx, ("framework", "launch"),
                      lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
     os_, oe = _merged(ctx, _ABOVE_FRAMEWORK)
-    both = covered_ns(np.concatenate([fs, os_]), np.concatenate([fe, oe]))
     total = ctx.total_step_ns
-    return (both - covered_ns(os_, oe)) / total if total > 0 else 0.0
+    return covered_outside(fs, fe, os_, oe) / total if total > 0 else 0.0
 
 
 def _merged(ctx: Context, kinds: tuple[str, ...], line=None) -> tuple[np.ndarray, np.ndarray]:

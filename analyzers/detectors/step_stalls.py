@@ -36,6 +36,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.detectors import (
     dstate_threads,
+    duplicated_input,
     function_retracing,
     input_preprocessing,
     io_stall,
@@ -106,7 +107,8 @@ _IDLE_REMEDIES = {
                "written by hand, numpy.save, pickle): do it less often, on a background "
                "thread, or to faster local storage.",
 }
-_OWNERS = {"input_wait": (io_stall, input_preprocessing, dstate_threads),
+# input_preprocessing yields the wait to duplicated_input when copies of the pipeline explain it.
+_OWNERS = {"input_wait": (io_stall, input_preprocessing, duplicated_input, dstate_threads),
            "graph_building": (function_retracing,)}
 _IDLE_LABELS = {"cpu": "untraced Python work on the CPU", "sleep": "an untraced wait",
                 "storage": "untraced file I/O", "mixed": "untraced Python work"}

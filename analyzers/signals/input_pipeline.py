@@ -222,6 +222,21 @@ def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
                                                                     strict=True)]
 
 
+# The input wait a detector counts: below it, within the step's own jitter.
+MIN_INPUT_WAIT = 0.02
+
+
+def step_before_fix(ctx: Context, after_ms: float, step_ms: float) -> tuple[float, bool]:
+    """The step a fix of the input side is measured against, and whether it is the untraced
+    one. A profiled step longer than the untraced median carries the profiler's per-element cost
+    on the input side (docs/trace-signals.md, "The profiler's own cost"), which the fix removes
+    with the input work: the untraced step is the step before, unless the step after the fix
+    outlasts it (the profiler slowed the model too: only proportions hold then)."""
+    untraced = ctx.untraced_step_ms
+    inflated = untraced is not None and after_ms <= untraced < step_ms
+    return (untraced if inflated else step_ms), inflated
+
+
 # Causes whose fix only reshapes the pipeline (more readers, a prefetch): the producers' CPU work
 # stays, so the model's ops keep sharing the cores with it.
 RESHAPING_CAUSES = frozenset({"low_parallelism", "no_prefetch"})

@@ -154,6 +154,8 @@ class SamplerSummary:
 
 # Fewer sweeps than this while the model runs say too little about who held the cores.
 MIN_SHARING_SWEEPS = 8
+# Contention below this slowdown is within the sampler's noise: not counted.
+MIN_SLOWDOWN = 1.1
 
 
 @dataclass
@@ -180,6 +182,11 @@ class CoreSharing:
         """How much longer the model's ops took for sharing the cores (>= 1)."""
         d, n = self.model_threads, self.n_cpus
         return max(1.0, self.runnable * min(d, n) / (n * d)) if d > 0 else 1.0
+
+    @property
+    def counted_slowdown(self) -> float:
+        """The slowdown an estimate counts: 1 below MIN_SLOWDOWN."""
+        return self.slowdown if self.slowdown >= MIN_SLOWDOWN else 1.0
 
 
 def core_sharing(ctx: Context) -> CoreSharing | None:

@@ -204,21 +204,18 @@ def multiworker(kind: str) -> None:
     corruption", 1 to 2 runs in 10 here; the other worker's all-reduce then fails): the whole run
     is tried again, from an empty logdir."""
     n = 1 if kind.endswith("_single") else 2
-    folder = Path(tempfile.mkdtemp(prefix="mw-files-"))
-    if "_files" in kind:
-        # The workers' TFRecord files, written once here: 8 files of 32-row records.
-        files = [str(folder / f"part-{i}.tfrecord") for i in range(8)]
-        write_shards(files, 32, lambda: rng.normal(size=(32, 65)).astype("float32"))
-        os.environ["MW_FILES"] = json.dumps(files)
-    try:
+    with tempfile.TemporaryDirectory(prefix="mw-files-") as folder:
+        if "_files" in kind:
+            # The workers' TFRecord files, written once here: 8 files of 32-row records.
+            files = [str(Path(folder) / f"part-{i}.tfrecord") for i in range(8)]
+            write_shards(files, 32, lambda: rng.normal(size=(32, 65)).astype("float32"))
+            os.environ["MW_FILES"] = json.dumps(files)
         for _ in range(4):
             shutil.rmtree(logdir, ignore_errors=True)
             out = _multiworker_once(kind, n)
             if len(list(Path(logdir).rglob("*.xplane.pb"))) == n:
                 print(out, end="", flush=True)
                 return
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     raise SystemExit("the workers wrote no profile in 4 tries")
 
 

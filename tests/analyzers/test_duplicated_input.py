@@ -7,6 +7,7 @@ import pytest
 
 from analyzers.report import analyze
 from tests.analyzers.traces import MS, PIPE, host_trace, sweeps, write_sampler
+from tests.analyzers.xspace_builder import XSpaceBuilder
 
 DATA_SHARDED = "Iterator::Root::Prefetch::Shard::Rebatch::Prefetch::BatchV2::ParallelInterleaveV4"
 
@@ -203,3 +204,41 @@ def test_records_sharded_after_reading(tmp_path, pipeline, stage, num_shards, fo
     assert "AutoShardPolicy.FILE" in f.remedy and "keeps 1 in 2" in f.title
     assert "Shard::Rebatch::Prefetch::BatchV2::ParallelInterleaveV4::FlatMap::TFRecord" in (
         f.evidence[0])
+
+
+def test_input_stalls_of_copied_pipelines_are_the_copies_to_count(tmp_path):
+    """Every 5th step waits 70 ms on producers busy parsing (CPU-bound, no cause of their own),
+    two pipelines reading the same files: input_preprocessing leaves the wait to
+    duplicated_input, and step_stalls, which shows the stalls, counts none of it again."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    comp = host.line("tf_Compute/11", line_id=11)
+    parse = host.line("tf_data_iterator_resource/40", line_id=40)
+    readers = [host.line(f"tf_data_iterator_resource/{60 + c}", line_id=60 + c) for c in (0, 1)]
+    # Four interleave inputs open all the time: a parallel pipeline, no cause of its own.
+    slots = [host.line(f"tf_data_private_threadpool/{20 + r}", line_id=20 + r) for r in range(4)]
+    t0 = 0
+    for i in range(30):
+        stalled = i % 5 == 4
+        dur = 80 if stalled else 10
+        main.event("train", t0, dur * MS - 1000, step_num=i, _r=1)
+        for r in range(2):
+            main.event("Iterator::Root", t0 + MS // 4 + r * 1000, 500)
+        for r, line in enumerate(slots):
+            line.event(f"{PIPE}[{4 * i + r}]::FlatMap", t0, dur * MS - 2000)
+        for c, line in enumerate(readers):
+            line.event(f"{PIPE}[{i}]::FlatMap[0]::TFRecord", t0 + MS + c * 2 * MS, MS)
+            line.event(OPEN, t0 + MS + c * 2 * MS + 1000, 500, filename=_shard(i))
+        if stalled:
+            main.event("IteratorGetNextOp::DoCompute", t0 + MS, 70 * MS)
+            main.event(PIPE.split("::BatchV2")[0], t0 + MS, 70 * MS)
+            parse.event("ParseExample/ParseExampleV2:ParseExampleV2", t0 + MS, 65 * MS)
+        c0 = t0 + (71 if stalled else 1) * MS
+        comp.event("dense/MatMul:MatMul", c0, 8 * MS - 1000)
+        t0 += dur * MS
+    found = {f.id: f for f in analyze(b.write(tmp_path)).findings}
+    assert found[ID].severity in ("medium", "high") and "input_preprocessing" not in found
+    stalls = found["step_stalls"]
+    assert stalls.numbers["cause"] == "input_wait" and stalls.severity == "low"
+    assert stalls.speedup == 1.0
