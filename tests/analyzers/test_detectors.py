@@ -1226,6 +1226,27 @@ def test_steps_that_run_longer_with_nothing_new_stay_low(tmp_path):
     assert "trace does not say why" in " ".join(f.evidence)
 
 
+def test_an_op_of_every_step_stretched_is_not_new_work(tmp_path):
+    """A lookup every step of 0.2 ms that a hiccup stretched to 2.8 ms in two steps (a plain loop
+    in a CI run): the same work running longer, not work only those steps do."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    comp = host.line("tf_Compute/11", line_id=11)
+    t0 = 0
+    for i in range(30):
+        stretched = i in (2, 11)
+        dur = 9.5 if stretched else 4.5
+        main.event("train", t0, int(dur * MS) - 1000, step_num=i, _r=1)
+        comp.event("dense/MatMul:MatMul", t0 + MS // 2, 3 * MS)
+        comp.event("embedding_lookup:ResourceGather", t0 + int(3.6 * MS),
+                   int((2.8 if stretched else 0.2) * MS))
+        t0 += int(dur * MS)
+    f = by_id(analyze(b.write(tmp_path)))["step_stalls"]
+    assert f.numbers["stalled_steps"] == [2, 11]
+    assert f.numbers["cause"] is None and f.severity == "low"
+
+
 def test_work_only_some_steps_do_is_named(tmp_path):
     def export(main, comp, t0, i, dur):
         comp.event("ExportMetrics:PyFunc", t0 + 9 * MS, 50 * MS)
