@@ -41,8 +41,23 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "root": ("_r",),
     "filename": ("filename",),  # the file a tf.data reader opens (TFRecordDataset)
     "num_shards": ("num_shards",),  # a tf.data Shard stage's shard count (dataset.shard, DATA)
+    # TraceMe context ids: a Session.run's `SessionRun` produces the id that its executor's
+    # `ExecutorState::Process` events consume (docs/trace-signals.md, "TF1 sessions").
+    "producer": ("_p",),
+    "consumer": ("_c",),
 }
 TEXT_STATS = {"memcpy_details", "tf_op", "filename"}
+# DirectSession's event for one Session.run call, on the calling thread.
+SESSION_RUN = "SessionRun"
+# Read only from traces with Session.run calls, where they tie ops to runs: on a TF2 trace 1.7M
+# of 4.6M events carry them (thread-pool and function-run events), +100 MB and +0.6 s to decode.
+SESSION_STATS = frozenset({"producer", "consumer"})
+
+
+def stat_aliases(has_session_runs: bool) -> dict[str, str]:
+    """Stat name → table column, for a trace with or without Session.run calls."""
+    return {alias: col for col, aliases in STAT_COLUMNS.items() for alias in aliases
+            if has_session_runs or col not in SESSION_STATS}
 
 KINDS = (
     "input_wait",  # the consumer blocked on the input pipeline (IteratorGetNext, DataLoader next)

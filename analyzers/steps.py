@@ -6,7 +6,11 @@ Steps come, in order of preference, from
 2. xprof's derived `Steps` line on a device plane (older TF saved it; docs/trace-signals.md);
 3. repeated calls of one compiled train function (`__inference_*` on the host), step i running from
    call i to call i+1;
-4. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
+4. Session.run calls (TF1 graph mode: `tf.compat.v1.Session`, Estimator,
+   MonitoredTrainingSession): the `SessionRun` events on one host thread that ran optimizer
+   updates, step i running from run i to run i+1 (a checkpoint or summary run between two belongs
+   to the step); every run of that thread when none updates;
+5. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
    (a plain-Python step, or Keras with run_eagerly=True, pulls one batch per step), step i running
    from fetch i to fetch i+1;
 and a trace with none of these gets an explicit "no steps found".
@@ -26,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import (
+    SESSION_RUN,
     STEPS_LINE,
     EndTimes,
     cat_map,
@@ -71,6 +76,12 @@ _WARMUP = re.compile(r"^tf\.function-graph_building$|Compiler::|XlaCompile|Build
 _COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
+# The executor's unit of work for a Session.run, on an inter-op thread, nesting the ops it runs
+# (docs/trace-signals.md, "TF1 sessions").
+_PROCESS = "ExecutorState::Process"
+# Optimizer updates (tf.compat.v1.train optimizers, Keras 2 optimizers in graph mode): the run
+# that applies them is a training step; other runs (init, checkpoint, summary, eval) are not.
+_APPLY_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]\w*$")
 
 
 @dataclass
@@ -169,6 +180,9 @@ def find_step_windows(events: pd.DataFrame
             w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
                               "end_ns": EndTimes(c)[:]})
             return _chain(w), f"function:{best}", _main_thread(c)
+    session = _session_steps(events, host)
+    if session is not None:
+        return session
     fetches = events[host & cat_mask(events["name"], _EAGER_FETCH.match)]
     if len(fetches) >= 3:
         line, thread = _main_thread(fetches)
@@ -181,6 +195,102 @@ def find_step_windows(events: pd.DataFrame
             return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, thread)
     return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
             (None, None))
+
+
+def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
+        pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]] | None:
+    """Steps from Session.run calls: the thread whose runs applied optimizer updates most often
+    (or, with no update anywhere, the one with the most runs), and of its runs those that
+    updated."""
+    is_run = host & cat_mask(events["name"], SESSION_RUN.__eq__)
+    if is_run.sum() < 2:
+        return None
+    runs = with_end(events.loc[is_run, ["line", "plane", "line_id", "start_ns", "dur_ns"]])
+    runs["updates"] = _runs_updating(events, host, np.flatnonzero(is_run), runs)
+    per_thread = runs.groupby(["line", "plane", "line_id"], observed=True).agg(
+        updating=("updates", "sum"), runs=("updates", "size"))
+    line, plane, line_id = per_thread.sort_values(["updating", "runs"], ascending=False).index[0]
+    thread = (str(plane), line_id)
+    r = on_thread(runs, thread).sort_values("start_ns")
+    if r["updates"].sum() >= 2:
+        r = r[r["updates"]]
+    if len(r) < 2:
+        return None
+    w = pd.DataFrame({"step": np.arange(len(r)), "start_ns": r["start_ns"].to_numpy(),
+                      "end_ns": r["end_ns"].to_numpy()})
+    return _chain(w), f"session:{SESSION_RUN}", (str(line), thread)
+
+
+def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
+                   runs: pd.DataFrame) -> np.ndarray:
+    """Per Session.run (rows `run_rows`, spans in `runs`), whether an optimizer update ran in it.
+    A run's ops execute on the inter-op threads inside `ExecutorState::Process` events that
+    consume the run's context id, while the calling thread waits in the run: an update op
+    belongs to the run its enclosing Process event works for. That holds when several threads
+    call Session.run at once (queue runners: their short runs overlap the training run's
+    updates, 54 of 2,653 such runs in a TF 2.21 trace); without the ids (a JSON trace that
+    dropped them) the run whose span holds the op's start is taken, right for one calling
+    thread."""
+    update_rows = np.flatnonzero(host & cat_mask(events["op_type"], _APPLY_OP.match))
+    starts = events["start_ns"].to_numpy(np.int64)
+    run_ids = _context_ids(events, "producer", run_rows)
+    if (run_ids >= 0).any():
+        c_rows, c_ids = present_stat(events, "consumer")
+        process = cat_mask(events["name"].iloc[c_rows], _PROCESS.__eq__)
+        c_rows, c_ids = c_rows[process], c_ids[process]
+        # Each update op's enclosing Process event: the last one to start before it on its
+        # thread, if it has not ended yet.
+        thread = _thread_codes(events)
+        ends = EndTimes(events)
+        updating: list[np.ndarray] = []
+        for t in np.unique(thread[update_rows]):
+            on = np.flatnonzero(thread[c_rows] == t)  # indices into c_rows / c_ids
+            on = on[np.argsort(starts[c_rows[on]], kind="stable")]
+            u = starts[update_rows[thread[update_rows] == t]]
+            at = np.searchsorted(starts[c_rows[on]], u, side="right") - 1
+            held = (at >= 0) & (ends[c_rows[on[np.maximum(at, 0)]]] > u)
+            updating.append(c_ids[on[at[held]]])
+        return np.isin(run_ids, np.concatenate(updating or [np.zeros(0, np.int64)])) & (
+            run_ids >= 0)
+    updates = np.sort(starts[update_rows])
+    return (np.searchsorted(updates, runs["end_ns"].to_numpy(np.int64))
+            - np.searchsorted(updates, runs["start_ns"].to_numpy(np.int64))) > 0
+
+
+def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the executor work (`ExecutorState::Process`, `ExecutorDoneCallback`: the
+    events consuming a run's context id) of Session.run calls made from threads other than
+    `thread`, the step-driving one: queue runners filling an input queue,
+    a second session. Empty without run context ids."""
+    if "consumer" not in events or thread is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    runs = np.flatnonzero(cat_mask(events["name"], SESSION_RUN.__eq__))
+    mine = ((events["plane"].iloc[runs] == thread[0]) & (events["line_id"].iloc[runs] == thread[1])
+            ).to_numpy()
+    ids = _context_ids(events, "producer", runs[mine])
+    rows, used = present_stat(events, "consumer")
+    other = rows[~np.isin(used, ids)]
+    return events["start_ns"].to_numpy(np.int64)[other], EndTimes(events)[other]
+
+
+def _context_ids(events: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """The context-id stat `col` of `rows` (-1 where absent or the table has no such column)."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if col not in events:
+        return out
+    have, ids = present_stat(events, col)
+    at = np.minimum(np.searchsorted(have, rows), max(len(have) - 1, 0))
+    hit = (have[at] == rows) if len(have) else np.zeros(len(rows), dtype=bool)
+    out[hit] = ids[at[hit]]
+    return out
+
+
+def _thread_codes(events: pd.DataFrame) -> np.ndarray:
+    """One integer per event naming its thread (plane, line id)."""
+    plane = events["plane"].array.codes.astype(np.int64)
+    line_id = events["line_id"].array.codes.astype(np.int64)
+    return plane * (int(line_id.max(initial=0)) + 1) + line_id
 
 
 def _device_steps(events: pd.DataFrame

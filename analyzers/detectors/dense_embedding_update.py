@@ -47,6 +47,8 @@ _LOOKUP = re.compile(
     r"^(?!(?:.*/)?(?:gradient_tape|gradients(?:_\d+)?)/).*:(?:ResourceGather|GatherV2)$")
 _DENSIFY = re.compile(r":UnsortedSegmentSum$")
 _READ = re.compile(r":ReadVariableOp$")
+# Share of the steps a read must run in to count as a copy made every step.
+EVERY_STEP_SHARE = 0.5
 # Ops of a row-sparse update: what stays when the tables are updated by rows.
 _SPARSE_UPDATE = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|"
                             r"GatherV2|Unique\w*)$")
@@ -118,10 +120,13 @@ def detect(ctx: Context) -> Finding | None:
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
     densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)
-    # A copy is a read of COPY_MIN_NS or more, judged per op name on the median.
+    # A copy is a read of COPY_MIN_NS or more, judged per op name on the median, that most
+    # steps make: a read in a few steps is periodic work (a TF1 Saver reads each variable,
+    # `table/Read/ReadVariableOp`, only in the steps that save: `step_stalls`).
     reads = ops[read]
-    med = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True).median()
-    copying = set(med[med >= COPY_MIN_NS].index)
+    by_name = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True)
+    med, count = by_name.median(), by_name.size()
+    copying = set(med[(med >= COPY_MIN_NS) & (count >= EVERY_STEP_SHARE * ctx.n_steps)].index)
     copy = read & ops["name"].isin(copying).to_numpy() & (not ctx.has_accelerator)
 
     lookup_share = _share(ops, lookup, total)

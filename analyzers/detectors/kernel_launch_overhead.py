@@ -19,7 +19,7 @@ from analyzers.context import Context
 from analyzers.events import line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.quantiles import median
-from analyzers.steps import CATEGORIES, covered_outside, merge_intervals
+from analyzers.steps import CATEGORIES, covered_outside, merge_intervals, other_runs_work
 
 ID = "kernel_launch_overhead"
 MIN_OPS_PER_STEP = 150
@@ -119,6 +119,11 @@ def _executor_overhead(ctx: Context) -> float:
     fs, fe = _merged(ctx, ("framework", "launch"),
                      lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
     os_, oe = _merged(ctx, _ABOVE_FRAMEWORK)
+    # Session.run calls from other threads (queue runners) run their executors on the same
+    # threads: their framework time is input work, not this step's dispatch.
+    xs, xe = other_runs_work(ctx.events, ctx.steps.thread)
+    if len(xs):
+        os_, oe = merge_intervals(np.concatenate([os_, xs]), np.concatenate([oe, xe]))
     total = ctx.total_step_ns
     return covered_outside(fs, fe, os_, oe) / total if total > 0 else 0.0
 

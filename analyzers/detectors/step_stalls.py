@@ -71,6 +71,10 @@ MIN_CAUSE_SHARE = 0.3
 # ResourceGather of a plain loop in a CI run, 2.8 ms against 0.2) is the same work running
 # longer, not work only those steps do.
 NEW_WORK_SHARE = 0.2
+# A Session.run job checkpoints through a Saver (or Estimator's CheckpointSaverHook).
+_SESSION_CHECKPOINT = (" TF1 Session jobs: call Saver.save less often (Estimator: "
+                       "RunConfig(save_checkpoints_steps=...) or save_checkpoints_secs; "
+                       "MonitoredTrainingSession: save_checkpoint_steps).")
 _REMEDIES = {
     "checkpoint": "Checkpoint less often, or asynchronously (tf.train.CheckpointOptions("
                   "experimental_enable_async_checkpoint=True); Keras ModelCheckpoint with a "
@@ -186,7 +190,8 @@ def detect(ctx: Context) -> Finding | None:
         speedup=1.0 if owner else speedup_from_saving(saved),
         evidence=evidence,
         remedy=(_UNEXPLAINED if cause is None else
-                _IDLE_REMEDIES.get(states[0] if states else "", _REMEDIES[cause])),
+                _IDLE_REMEDIES.get(states[0] if states else "", _REMEDIES[cause])
+                + (_SESSION_CHECKPOINT if cause == "checkpoint" and _sessions(ctx) else "")),
         # Without a cause there is nothing concrete to change, and an owner's finding already
         # counts the time: shown, never ranked above low.
         severity="low" if cause is None or owner else "",
@@ -202,6 +207,10 @@ def detect(ctx: Context) -> Finding | None:
             t["start_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES],
             t["end_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES], strict=True)],
     )
+
+
+def _sessions(ctx: Context) -> bool:
+    return ctx.steps.source.startswith("session:")
 
 
 def _owner(ctx: Context, cause: str | None) -> str | None:
@@ -293,8 +302,9 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     in_typical = np.bincount(codes[typical[step]], weights=dur[typical[step]], minlength=m)
     grew = in_stalled - in_typical * scale
     names = [str(c) for c in name.cat.categories]
-    # The step markers (or step-function calls) enclose whole steps: they grow with any stall.
-    if ctx.steps.source.startswith(("markers:", "function:", "iterator:")):
+    # The step markers (or step-function or Session.run calls) enclose whole steps: they grow
+    # with any stall.
+    if ctx.steps.source.startswith(("markers:", "function:", "iterator:", "session:")):
         marker = ctx.steps.source.split(":", 1)[1]
         grew[np.array([marker_family(x) == marker or x == marker for x in names], bool)] = 0.0
     wrapper = np.zeros(m, dtype=bool)

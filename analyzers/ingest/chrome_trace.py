@@ -19,7 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.events import GPU_ANNOTATIONS_LINE, STAT_COLUMNS, TEXT_STATS, build_events
+from analyzers.events import (
+    GPU_ANNOTATIONS_LINE,
+    SESSION_RUN,
+    TEXT_STATS,
+    build_events,
+    stat_aliases,
+)
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
 # xprof's view JSON prefixes the host: `vm /host:CPU`, `vm /device:GPU:0`.
@@ -106,7 +112,7 @@ def read_chrome_trace(path: Path, host: str,
     names = names.where(long_names.isna(), long_names.astype(object)).astype(str)
     uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
     stats: dict[str, np.ndarray] = {}
-    aliases = {alias: col for col, al in STAT_COLUMNS.items() for alias in al}
+    aliases = stat_aliases(SESSION_RUN in uniq)
     # PyTorch: `correlation` links a kernel to its launch; `External id` links CPU ops to each
     # other and would overwrite it, so it is not read.
     aliases.update({"correlation": "correlation_id",

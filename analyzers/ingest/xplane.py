@@ -24,7 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.events import STAT_COLUMNS, TEXT_STATS, build_events, small_codes
+from analyzers.events import (
+    SESSION_RUN,
+    STAT_COLUMNS,
+    TEXT_STATS,
+    build_events,
+    small_codes,
+    stat_aliases,
+)
 from analyzers.ingest.xplane_arrays import (
     MAX_STAT_ID,
     DecodedSpace,
@@ -275,7 +282,8 @@ def _distinct(values: list) -> tuple[np.ndarray, np.ndarray]:
 def _wanted_stats(planes: list) -> tuple[np.ndarray, list[str]]:
     """want[plane, stat metadata id] = index into `columns` of the stats the table keeps."""
     columns = list(STAT_COLUMNS)
-    alias = {a: columns.index(col) for col, aliases in STAT_COLUMNS.items() for a in aliases}
+    runs = any(m.name == SESSION_RUN for p in planes for m in p.event_metadata.values())
+    alias = {a: columns.index(col) for a, col in stat_aliases(runs).items()}
     width = 1
     for p in planes:
         for k, m in p.stat_metadata.items():

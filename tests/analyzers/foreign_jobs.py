@@ -70,6 +70,16 @@ MODE:
   ids go through one `tf.keras.layers.Hashing` layer per column, inside the model, or in a
   parallel `dataset.map` before prefetch. `lookup_in_model`: 26 string columns through
   `StringLookup` layers (a 1,000-word vocabulary each) inside the model.
+- `session_per_example` / `session_batched`: a TF1-style graph-mode loop (`tf.compat.v1.Session`,
+  `disable_eager_execution`) training a 64-256-256-1 MLP with `tf.compat.v1.train.AdamOptimizer`
+  from a one-shot iterator over 16,384 `tf.train.Example` records: one example per record, parsed
+  one at a time, then batched, no prefetch (the TF1 tutorial pipeline), or one whole batch per
+  record, parsed a record at a time, prefetched. `session_checkpoint` / `session_none`: the
+  batched loop plus a 250,000 x 64 lookup table (not trained) that a `tf.compat.v1.train.Saver`
+  writes every 5th step, or no saver. `session_queue`: the loop reading through queue runners
+  (`string_input_producer`, `TFRecordReader`, `train.batch` with 2 threads), whose threads call
+  Session.run thousands of times beside the training thread. No step markers in any of them: steps
+  are the Session.run calls.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -178,7 +188,9 @@ def mlp_step(layers: int):
     return step
 
 
-def profile_loop(step, steps: int = 20) -> None:
+def profile_loop(step, steps: int = 20, markers: bool = True) -> None:
+    """5 warm-up steps, 50 timed untraced, then `steps` profiled, each in a `train` step marker
+    unless `markers` is false (the job's own calls are then all the trace has)."""
     for _ in range(5):
         step()
     t = time.perf_counter()
@@ -187,7 +199,8 @@ def profile_loop(step, steps: int = 20) -> None:
     print(f"untraced_step_ms={(time.perf_counter() - t) / 50 * 1e3:.3f}", flush=True)
     tf.profiler.experimental.start(logdir)
     for i in range(steps):
-        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+        with (tf.profiler.experimental.Trace("train", step_num=i, _r=1) if markers
+              else contextlib.nullcontext()):
             step()
     tf.profiler.experimental.stop()
 
@@ -628,5 +641,65 @@ elif mode in ("hashing_in_model", "hashing_in_pipeline", "lookup_in_model"):
         ds = ds.map(lambda f, y: ({k: prep[k](v) if k in prep else v for k, v in f.items()}, y),
                     num_parallel_calls=tf.data.AUTOTUNE)
     fit_timed(model, ds.prefetch(2), timed=10, then=15)
+elif mode.startswith("session_"):
+    tf.compat.v1.disable_eager_execution()
+    v1 = tf.compat.v1
+    batch, n = 256, 16_384
+    x_all = rng.normal(size=(n, 64)).astype("float32")
+    y_all = (x_all[:, 0] > 0).astype("float32")
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "examples.tfrecord")
+    # One example per record (the per-example pipelines), or one batch per record.
+    per_record = 1 if mode in ("session_per_example", "session_queue") else batch
+    with tf.io.TFRecordWriter(path) as out:
+        for at in range(0, n, per_record):
+            xs, ys = x_all[at:at + per_record], y_all[at:at + per_record]
+            out.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xs.ravel())),
+                "y": tf.train.Feature(float_list=tf.train.FloatList(value=ys))}))
+                .SerializeToString())
+    spec = {"x": tf.io.FixedLenFeature([per_record * 64], tf.float32),
+            "y": tf.io.FixedLenFeature([per_record], tf.float32)}
+    if mode == "session_queue":
+        _, record = v1.TFRecordReader().read(v1.train.string_input_producer([path]))
+        one = tf.io.parse_single_example(record, spec)
+        x, y = v1.train.batch([one["x"], one["y"][0]], batch, num_threads=2,
+                              capacity=4 * batch)
+    else:
+        ds = tf.data.TFRecordDataset(path).repeat()
+        if mode == "session_per_example":
+            ds = ds.map(lambda r: tf.io.parse_single_example(r, spec)).batch(batch)
+            ds = ds.map(lambda f: {"x": f["x"], "y": f["y"][:, 0]})
+        else:
+            ds = ds.map(lambda r: tf.io.parse_single_example(r, spec)).prefetch(2)
+        features = v1.data.make_one_shot_iterator(ds).get_next()
+        x, y = tf.reshape(features["x"], (-1, 64)), tf.reshape(features["y"], (-1,))
+    h = x
+    for i, width in enumerate((256, 256, 1)):
+        w = v1.get_variable(f"w{i}", [h.shape[-1], width],
+                            initializer=v1.glorot_uniform_initializer())
+        h = h @ w + v1.get_variable(f"b{i}", [width], initializer=v1.zeros_initializer())
+        h = tf.nn.relu(h) if width > 1 else h
+    if mode in ("session_checkpoint", "session_none"):
+        table = v1.get_variable("table", [250_000, 64], trainable=False,
+                                initializer=v1.random_uniform_initializer(-0.05, 0.05))
+        h += tf.reduce_sum(tf.gather(table, tf.zeros([batch], tf.int32)), 1, keepdims=True)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+    train_op = v1.train.AdamOptimizer(1e-3).minimize(loss)
+    sess = v1.Session()
+    sess.run(v1.global_variables_initializer())
+    coord = tf.train.Coordinator()
+    threads = v1.train.start_queue_runners(sess, coord) if mode == "session_queue" else []
+    saver = v1.train.Saver() if mode == "session_checkpoint" else None
+    calls = itertools.count()
+
+    def step():
+        sess.run(train_op)
+        if saver is not None and next(calls) % 5 == 4:
+            saver.save(sess, os.path.join(folder, "ckpt"))
+    profile_loop(step, markers=False)
+    coord.request_stop()
+    coord.join(threads, stop_grace_period_secs=5)
+    shutil.rmtree(folder, ignore_errors=True)
 else:
     raise SystemExit(f"unknown mode {mode}")

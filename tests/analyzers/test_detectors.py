@@ -909,6 +909,26 @@ def test_scattered_table_read_whole_every_step(tmp_path):
     assert f.step_fraction == pytest.approx(0.15, abs=0.01) and "ResourceGather" in f.remedy
 
 
+def test_a_read_in_a_few_steps_is_not_a_copy_every_step(tmp_path):
+    """A TF1 Saver reads each variable (`table/Read/ReadVariableOp`) only in the steps that
+    save: 40 ms in 2 of 10 steps (8% of the window) is periodic work (step_stalls'), not a
+    table copied each step; the same read in 6 of 10 steps is."""
+    def reads_in(steps):
+        def add(b, host, main, comp, t0, i):
+            line = host.line("tf_Compute/12", line_id=12)
+            if i in steps:
+                line.event("table/Read/ReadVariableOp:ReadVariableOp", t0 + MS, 40 * MS)
+            line.event("embedding_lookup:ResourceGather", t0 + 42 * MS, 2 * MS)
+            line.event("ResourceScatterSub:ResourceScatterSub", t0 + 45 * MS, 4 * MS)
+        return add
+    few = analyze(host_trace(tmp_path / "few", steps=10, compute_ms=20,
+                             per_step=reads_in({4, 9}))[1])
+    assert "dense_embedding_update" not in by_id(few)
+    most = analyze(host_trace(tmp_path / "most", steps=10, compute_ms=20,
+                              per_step=reads_in({1, 2, 4, 5, 7, 8}))[1])
+    assert by_id(most)["dense_embedding_update"].numbers["causes"] == ["table_copy_on_read"]
+
+
 def _optimizer_kernels(update: str):
     """tf_op of a GPU trace's kernels 10-19 on every device: the optimizer updating the tables
     densely (Keras 3 Adam: UnsortedSegmentSum, then elementwise ops) or row-sparsely."""

@@ -468,3 +468,34 @@ def test_reference_presets(tmp_path, cache_dir, preset, expected):
         assert expected in strong, report.findings
         fix = next(f for f in report.findings if f.id == expected).fix_command
         assert fix and fix.startswith("recadvisor train")
+
+
+def _strong(report) -> dict[str, str]:
+    return {f.id: f.severity for f in report.findings if f.severity in ("medium", "high")}
+
+
+def test_session_jobs_are_cut_into_their_training_runs(foreign):
+    """TF1 graph-mode loops (tf.compat.v1.Session, no step markers): the steps are the 20
+    profiled Session.run calls of the training thread, whatever else calls Session.run."""
+    for mode in ("session_per_example", "session_checkpoint", "session_queue"):
+        report = analyze(foreign(mode))
+        assert report.ctx.steps.source == "session:SessionRun", mode
+        assert windows(report) == 20, mode
+    # The queue runners' ~2,500 runs each, beside the training thread's 20, are not steps, and
+    # their executors' work is not the step's dispatch overhead.
+    queue = analyze(foreign("session_queue"))
+    assert "kernel_launch_overhead" not in _strong(queue), queue.findings
+
+
+def test_session_input_pipeline_and_checkpoints_are_named(foreign):
+    per_example = analyze(foreign("session_per_example"))
+    f = {f.id: f for f in per_example.findings}["input_preprocessing"]
+    assert f.severity == "high" and "per_example_parsing" in f.numbers["causes"], f.evidence
+    ckpt = analyze(foreign("session_checkpoint"))
+    stalls = {f.id: f for f in ckpt.findings}["step_stalls"]
+    assert stalls.severity == "high" and stalls.numbers["cause"] == "checkpoint"
+    assert stalls.numbers["period_steps"] == 5
+    assert "save/SaveV2:SaveV2" in {e["name"] for e in stalls.top_events}
+    # Their twins: batched parsing with a prefetch, no saver.
+    for mode in ("session_batched", "session_none"):
+        assert not _strong(analyze(foreign(mode))), mode

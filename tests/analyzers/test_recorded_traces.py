@@ -1,7 +1,8 @@
 """The analyzer on traces recorded with a TensorFlow other than the one CI installs.
 
 `data/tf2.15/<mode>.xplane.pb.gz`: `python tests/analyzers/foreign_jobs.py DIR <mode>` run with
-tensorflow-cpu 2.15.1 (Keras 2.15, Python 3.11) on 2026-11-23, the xplane gzipped. Keras 2's fit
+tensorflow-cpu 2.15.1 (Keras 2.15, Python 3.11) on 2026-11-23 (the `session_*` modes on
+2026-11-24), the xplane gzipped. Keras 2's fit
 writes `train` step markers (Keras 3 in TF 2.21 writes none); the rest of the event vocabulary is
 the same (docs/trace-signals.md, "TF 2.15"). No TensorFlow is needed to run these tests.
 
@@ -59,6 +60,26 @@ def test_recorded_causes_and_remedies(tmp_path):
     for twin in ("graph", "stable"):
         ids = {f.id for f in _report(tmp_path / twin, f"tf2.15/{twin}").findings}
         assert not ids & {"eager_execution", "function_retracing"}
+
+
+def test_recorded_session_jobs(tmp_path):
+    """TF1-style `Session.run` loops (docs/trace-signals.md, "TF1 sessions"), no step markers:
+    the steps are the training thread's 20 runs. Beside it, two queue-runner threads made ~2,500
+    runs each; their executor work is not the step's dispatch overhead."""
+    ckpt = _report(tmp_path / "c", "tf2.15/session_checkpoint")
+    assert ckpt.ctx.steps.source == "session:SessionRun" and ckpt.ctx.n_steps == 20
+    found = {f.id: f for f in ckpt.findings if f.severity in ("medium", "high")}
+    assert list(found) == ["step_stalls"] and found["step_stalls"].severity == "high"
+    assert found["step_stalls"].numbers["cause"] == "checkpoint"
+    assert found["step_stalls"].numbers["period_steps"] == 5
+    assert "Saver.save" in found["step_stalls"].remedy
+    queue = _report(tmp_path / "q", "tf2.15/session_queue")
+    ctx = queue.ctx
+    assert ctx.steps.source == "session:SessionRun" and ctx.n_steps == 20
+    runs = ctx.events[ctx.events["name"] == "SessionRun"]
+    per_thread = runs.groupby("line_id", observed=True).size()
+    assert per_thread[ctx.steps.thread[1]] == 20 and per_thread.max() > 1000
+    assert not [f for f in queue.findings if f.severity in ("medium", "high")], queue.findings
 
 
 def test_recorded_tf_gpu_trace(tmp_path):
