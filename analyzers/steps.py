@@ -257,21 +257,35 @@ def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
             - np.searchsorted(updates, runs["start_ns"].to_numpy(np.int64))) > 0
 
 
+def session_runs(events: pd.DataFrame, thread: tuple[str, object] | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The `SessionRun` rows on `thread` and the run ids they produce (-1 where absent)."""
+    runs = np.flatnonzero(cat_mask(events["name"], SESSION_RUN.__eq__))
+    if thread is not None:
+        runs = runs[((events["plane"].iloc[runs] == thread[0])
+                     & (events["line_id"].iloc[runs] == thread[1])).to_numpy()]
+    return runs, _context_ids(events, "producer", runs)
+
+
+def runs_work(events: pd.DataFrame, ids: np.ndarray, *, of: bool = True
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the executor work (`ExecutorState::Process`, `ExecutorDoneCallback`: the
+    events consuming a run's context id) of the runs `ids`, or with `of=False` of every other
+    run. Empty without run context ids."""
+    if "consumer" not in events:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows, used = present_stat(events, "consumer")
+    rows = rows[np.isin(used, ids[ids >= 0]) == of]
+    return events["start_ns"].to_numpy(np.int64)[rows], EndTimes(events)[rows]
+
+
 def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the executor work (`ExecutorState::Process`, `ExecutorDoneCallback`: the
-    events consuming a run's context id) of Session.run calls made from threads other than
-    `thread`, the step-driving one: queue runners filling an input queue,
-    a second session. Empty without run context ids."""
-    if "consumer" not in events or thread is None:
+    """The executor work of Session.run calls made from threads other than `thread`, the
+    step-driving one: queue runners filling an input queue, a second session."""
+    if thread is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    runs = np.flatnonzero(cat_mask(events["name"], SESSION_RUN.__eq__))
-    mine = ((events["plane"].iloc[runs] == thread[0]) & (events["line_id"].iloc[runs] == thread[1])
-            ).to_numpy()
-    ids = _context_ids(events, "producer", runs[mine])
-    rows, used = present_stat(events, "consumer")
-    other = rows[~np.isin(used, ids)]
-    return events["start_ns"].to_numpy(np.int64)[other], EndTimes(events)[other]
+    return runs_work(events, session_runs(events, thread)[1], of=False)
 
 
 def _context_ids(events: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ DETECTOR_IDS = (
     "io_stall",
     "input_preprocessing",
     "duplicated_input",
+    "queue_input",
     "convert_to_tensor_gaps",
     "serialized_h2d",
     "collective_overhead",

@@ -78,7 +78,9 @@ MODE:
   batched loop plus a 250,000 x 64 lookup table (not trained) that a `tf.compat.v1.train.Saver`
   writes every 5th step, or no saver. `session_queue`: the loop reading through queue runners
   (`string_input_producer`, `TFRecordReader`, `train.batch` with 2 threads), whose threads call
-  Session.run thousands of times beside the training thread. No step markers in any of them: steps
+  Session.run thousands of times beside the training thread; `session_queue_data`: the same
+  one-example records through tf.data instead (batched, parsed a batch at a time on AUTOTUNE
+  threads, prefetched). No step markers in any of them: steps
   are the Session.run calls.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
@@ -650,7 +652,8 @@ elif mode.startswith("session_"):
     folder = tempfile.mkdtemp()
     path = os.path.join(folder, "examples.tfrecord")
     # One example per record (the per-example pipelines), or one batch per record.
-    per_record = 1 if mode in ("session_per_example", "session_queue") else batch
+    per_record = 1 if mode in ("session_per_example", "session_queue",
+                               "session_queue_data") else batch
     with tf.io.TFRecordWriter(path) as out:
         for at in range(0, n, per_record):
             xs, ys = x_all[at:at + per_record], y_all[at:at + per_record]
@@ -670,6 +673,10 @@ elif mode.startswith("session_"):
         if mode == "session_per_example":
             ds = ds.map(lambda r: tf.io.parse_single_example(r, spec)).batch(batch)
             ds = ds.map(lambda f: {"x": f["x"], "y": f["y"][:, 0]})
+        elif mode == "session_queue_data":
+            ds = ds.batch(batch).map(lambda r: tf.io.parse_example(r, spec),
+                                     num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+                tf.data.AUTOTUNE)
         else:
             ds = ds.map(lambda r: tf.io.parse_single_example(r, spec)).prefetch(2)
         features = v1.data.make_one_shot_iterator(ds).get_next()

@@ -65,7 +65,8 @@ def test_recorded_causes_and_remedies(tmp_path):
 def test_recorded_session_jobs(tmp_path):
     """TF1-style `Session.run` loops (docs/trace-signals.md, "TF1 sessions"), no step markers:
     the steps are the training thread's 20 runs. Beside it, two queue-runner threads made ~2,500
-    runs each; their executor work is not the step's dispatch overhead."""
+    runs each; their executor work is not the step's dispatch overhead, and the training run's
+    wait on their queue is `queue_input`."""
     ckpt = _report(tmp_path / "c", "tf2.15/session_checkpoint")
     assert ckpt.ctx.steps.source == "session:SessionRun" and ckpt.ctx.n_steps == 20
     found = {f.id: f for f in ckpt.findings if f.severity in ("medium", "high")}
@@ -79,7 +80,11 @@ def test_recorded_session_jobs(tmp_path):
     runs = ctx.events[ctx.events["name"] == "SessionRun"]
     per_thread = runs.groupby("line_id", observed=True).size()
     assert per_thread[ctx.steps.thread[1]] == 20 and per_thread.max() > 1000
-    assert not [f for f in queue.findings if f.severity in ("medium", "high")], queue.findings
+    # Its wait on the queue: the training run idle 82% of the step, which the breakdown counts
+    # as framework; the queue runners' executor work is not the step's dispatch overhead.
+    strong = {f.id: f for f in queue.findings if f.severity in ("medium", "high")}
+    assert list(strong) == ["queue_input"] and strong["queue_input"].severity == "high"
+    assert strong["queue_input"].step_fraction > 0.6
 
 
 def test_recorded_tf_gpu_trace(tmp_path):

@@ -26,11 +26,13 @@ MS = 1_000_000
 
 def session_trace(*, steps: int = 6, step_ms: float = 10.0, save_every: int = 0,
                   queue_threads: int = 0, ids: bool = True, updates: bool = True,
-                  marker: bool = False) -> XSpaceBuilder:
+                  marker: bool = False, queue_op: str = "input_producer:FIFOQueueV2",
+                  busy_runs: bool = False) -> XSpaceBuilder:
     """Training runs of `step_ms` each (ops, then one Adam update per variable); every
     `save_every`-th step a checkpoint run after the training run; `queue_threads` threads
-    calling Session.run every 0.25 ms (a queue runner's enqueue run, ops on their own executor
-    thread) over the whole window."""
+    calling Session.run every 0.25 ms (a queue runner's enqueue run running `queue_op`, ops on
+    their own executor thread) over the whole window. The training run's ops take 4.9 ms of it
+    (waiting on its dequeue the rest), or all of it with `busy_runs`."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python", line_id=1)
@@ -52,7 +54,7 @@ def session_trace(*, steps: int = 6, step_ms: float = 10.0, save_every: int = 0,
         t0 = int(i * step_ms * MS)
         if marker:
             main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
-        ops = [(f"dense_{k}/MatMul:_MklMatMul", MS) for k in range(4)]
+        ops = [(f"dense_{k}/MatMul:_MklMatMul", 2 * MS if busy_runs else MS) for k in range(4)]
         if updates:
             ops += [(f"Adam/update_w{k}/ResourceApplyAdam:ResourceApplyAdam", 200_000)
                     for k in range(4)]
@@ -66,7 +68,7 @@ def session_trace(*, steps: int = 6, step_ms: float = 10.0, save_every: int = 0,
         qcomp = host.line(f"tf_Compute/{12 + q}", line_id=12 + q)
         # Two 10 µs ops a run, each in 60 µs of executor time.
         for t in range(q * 50_000, int(steps * step_ms * MS), 250_000):
-            run(line, t, 200_000, qcomp, [("input_producer:FIFOQueueV2", 10_000),
+            run(line, t, 200_000, qcomp, [(queue_op, 10_000),
                                           ("ParseSingleExample:ParseExampleV2", 10_000)],
                 slack=50_000)
     return b
