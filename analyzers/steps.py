@@ -282,10 +282,13 @@ def runs_work(events: pd.DataFrame, ids: np.ndarray, *, of: bool = True
 def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The executor work of Session.run calls made from threads other than `thread`, the
-    step-driving one: queue runners filling an input queue, a second session."""
-    if thread is None:
+    step-driving one: queue runners filling an input queue, a second session. Empty unless
+    `thread`'s own runs carry ids (a TF2 step thread makes no Session.run: every other event
+    consuming an id, thread-pool regions and function runs, is no other session's)."""
+    ids = session_runs(events, thread)[1] if thread is not None else np.zeros(0, np.int64)
+    if not (ids >= 0).any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return runs_work(events, session_runs(events, thread)[1], of=False)
+    return runs_work(events, ids, of=False)
 
 
 def _context_ids(events: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:

@@ -175,3 +175,13 @@ def test_session_trace_is_analyzed(tmp_path, queue_threads):
     report = analyze(tmp_path)
     assert report.ctx.n_steps >= 5 and report.ctx.steps.source == "session:SessionRun"
     assert report.ctx.fractions["host_compute"] > 0.4
+
+
+def test_no_other_runs_for_a_thread_without_runs(tmp_path):
+    """A step thread that makes no Session.run (a TF2 function loop in a trace that also has
+    runs) has no "other sessions": every event consuming an id would otherwise count."""
+    session_trace(queue_threads=1).write(tmp_path)
+    events = load_run(tmp_path).events
+    assert len(other_runs_work(events, ("/host:CPU", 1))[0]) > 0
+    for thread in (("/host:CPU", 11), None):  # an executor thread: no runs of its own
+        assert len(other_runs_work(events, thread)[0]) == 0
