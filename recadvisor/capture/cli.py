@@ -50,10 +50,13 @@ sitecustomize.py put first on its PYTHONPATH; a Python started with -E, -I or -S
 It starts --delay seconds after COMMAND starts (or as soon as TensorFlow is imported, if later) and
 lasts --duration seconds, or --steps steps.
 
---steps counts calls of a tf.function made from Python (nested calls while tracing do not count).
-The window opens when the first such call after --delay returns, and closes when the step function
-(the tf.function called most often up to then) is called for the (N+1)th time in it, so it holds N
-whole steps and the time between them. Keras model.fit calls one tf.function per step (per
+--steps counts calls of a tf.function made from Python (nested calls while tracing do not count)
+and, in TF1 graph mode, Session.run calls from the main thread (one step function per session and
+set of fetches: the training op's runs, not a checkpoint's; other threads' runs, such as queue
+runners', never count). The window opens when the first such call after --delay returns, and
+closes when the step function (the one called most often up to then, or, if none was called twice,
+the first called again in the window) is called for the (N+1)th time in it, so it holds N whole
+steps and the time between them. Keras model.fit calls one tf.function per step (per
 steps_per_execution steps), and so does a custom loop with a @tf.function train step. A purely
 eager loop has no tf.function to count: use --duration. If the step function is not called again,
 the window closes when the command exits.

@@ -283,6 +283,64 @@ def test_the_untraced_step_time_before_the_window_is_recorded(tmp_path, job):
     assert "took" in proc.stderr and "per call, median of" in proc.stderr
 
 
+# A TF1 graph-mode job: Session.run of the training op from the main thread (a checkpoint run
+# every 4th step, other fetches), and a second thread calling Session.run on another op without
+# pause, as a queue runner does. argv[1]: steps to run.
+SESSION_JOB = textwrap.dedent(
+    """
+    import os, sys, tempfile, threading
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    v1 = tf.compat.v1
+    x = tf.random.normal((256, 64))
+    w = v1.get_variable("w", [64, 64])
+    loss = tf.reduce_sum(tf.matmul(x, w) ** 2)
+    train = v1.train.GradientDescentOptimizer(1e-6).minimize(loss)
+    other = tf.reduce_sum(tf.random.normal((16, 16)))
+    sess = v1.Session()
+    sess.run(v1.global_variables_initializer())
+    saver = v1.train.Saver()
+    stop = threading.Event()
+    def filler():
+        while not stop.is_set():
+            sess.run(other)
+    threading.Thread(target=filler, daemon=True).start()
+    folder = tempfile.mkdtemp()
+    for i in range(int(sys.argv[1])):
+        sess.run(train)
+        if i % 4 == 3:
+            saver.save(sess, os.path.join(folder, "ckpt"))
+    stop.set()
+    """
+)
+
+
+@pytest.mark.slow
+def test_steps_window_counts_a_sessions_training_runs(tmp_path):
+    """TF1 graph mode has no tf.function: `--steps` counts the main thread's Session.run calls of
+    its most frequent fetches (the training op), not a checkpoint's runs nor another thread's."""
+    script = tmp_path / "session_job.py"
+    script.write_text(SESSION_JOB)
+    logdir = tmp_path / "logdir"
+    proc = capture(
+        "--logdir", str(logdir), "--delay", "1", "--steps", "6", "--",
+        sys.executable, str(script), "400",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = run_dir_of(logdir)
+    meta = json.loads((run_dir / METADATA_FILE).read_text())
+    w = meta["profile_window"]
+    assert w["stop_reason"] == "steps" and w["steps"] == 6, w
+    assert w["step_function"].startswith("Session.run(GradientDescent"), w
+    from analyzers.report import analyze
+
+    report = analyze(logdir)
+    # Steps from the training runs: 6 whole ones, each from one run to the next (the 7th run
+    # starts after the window).
+    assert report.ctx.steps.source == "session:SessionRun"
+    assert report.ctx.n_steps + len(report.ctx.steps.left_out) in (5, 6)
+
+
 @pytest.mark.slow
 def test_a_crashing_command_keeps_its_code_and_the_capture(tmp_path, job):
     """Through a shell wrapper, so the profiled Python is a grandchild."""

@@ -10,18 +10,20 @@ and other Pythons in the tree stay untouched) and runs the profile window itself
 - after `delay_s` from the command's start: announces "armed" and waits (up to 5 s) for the parent
   to start its OS sampler against this pid;
 - `duration_s` mode: starts the TF profiler at once and stops it `duration_s` later;
-- `steps` mode: starts the profiler when the next top-level `tf.function` call returns, and
-  stops it when the step function (the tf.function called most often up to then) is called for
-  the (steps+1)th time in the window, so the window holds `steps` whole steps and the time
-  between them;
+- `steps` mode: starts the profiler when the next top-level `tf.function` call (or, in TF1 graph
+  mode, `Session.run` from the main thread) returns, and stops it when the step function (the
+  tf.function, or the session's run of one set of fetches, called most often up to then) is
+  called for the (steps+1)th time in the window, so the window holds `steps` whole steps and the
+  time between them;
 - at interpreter exit (normal end, uncaught exception, Ctrl-C) a running window is stopped, so
   what was traced is written.
 
-Every top-level `tf.function` call is counted (one dict increment), so the window reports the
-number of steps it holds. Before the window, the end time of each call is kept too (the last
-`UNTRACED_KEEP` per function): when the window opens, the intervals between the step function's
-calls give the untraced step time, the reference the analyzer compares the profiled steps with
-(the profiler slows what emits most events; docs/trace-signals.md, "The profiler's own cost").
+Every top-level `tf.function` call and main-thread `Session.run` is counted (one dict increment),
+so the window reports the number of steps it holds. Before the window, the end time of each call is
+kept too (the last `UNTRACED_KEEP` per function): when the window opens, the intervals between the
+step function's calls give the untraced step time, the reference the analyzer compares the profiled
+steps with (the profiler slows what emits most events; docs/trace-signals.md, "The profiler's own
+cost").
 Events go to `<control>/events.jsonl` as JSON lines for the parent.
 Standard library plus TensorFlow only: the command may run another interpreter than recadvisor's.
 """
@@ -119,6 +121,10 @@ class _Window:
             )
             if self.cfg.get("steps") and self.calls:
                 self.target = _most_called(self.calls)
+                if self.calls[self.target][1] < 2:
+                    # Not called twice yet (a Session's first run initializes variables): the
+                    # first function called again in the window is the step function.
+                    self.target = None
             try:
                 tf.profiler.experimental.start(self.cfg["logdir"], options=options)
             except Exception as e:
@@ -180,25 +186,32 @@ class _Window:
         return {"step_function": name, "steps": n}
 
     # -- the tf.function hook, on the calling thread ---------------------------------------------
-    def on_call_done(self, fn):
-        entry = self.calls.get(id(fn))
+    def on_call_done(self, key, name):
+        """A top-level call of step candidate `key` (a tf.function, or a Session's runs of one
+        set of fetches) returned."""
+        entry = self.calls.get(key)
         if entry is None:
-            entry = self.calls[id(fn)] = [getattr(fn, "__name__", None) or repr(fn)[:80], 0]
+            entry = self.calls[key] = [name, 0]
         entry[1] += 1
         if self.state in (WAITING, ARMED):
-            ends = self.ends.get(id(fn))
+            ends = self.ends.get(key)
             if ends is None:
-                ends = self.ends[id(fn)] = collections.deque(maxlen=UNTRACED_KEEP)
+                ends = self.ends[key] = collections.deque(maxlen=UNTRACED_KEEP)
             ends.append(time.perf_counter_ns())
         if self.state == ARMED and self.cfg.get("steps"):
             self.start()
 
-    def steps_done(self, fn):
+    def steps_done(self, key):
         """In steps mode, whether the window already holds `steps` calls of the step function."""
-        if self.target != id(fn) or not self.cfg.get("steps"):
+        if not self.cfg.get("steps"):
             return False
-        before = self.steps_before.get(id(fn), (None, 0))[1]
-        return self.calls[id(fn)][1] - before >= self.cfg["steps"]
+        if self.target is None and key in self.calls and (
+                self.calls[key][1] > self.steps_before.get(key, (None, 0))[1]):
+            self.target = key  # the first function called again in the window
+        if self.target != key:
+            return False
+        before = self.steps_before.get(key, (None, 0))[1]
+        return self.calls[key][1] - before >= self.cfg["steps"]
 
     def at_exit(self):
         import signal
@@ -237,17 +250,57 @@ def _hook_tf_function(window, tf):
     def __call__(self, *args, **kwds):
         if getattr(local, "depth", 0):  # nested (during tracing): not a step
             return original(self, *args, **kwds)
-        if window.state == RUNNING and window.steps_done(self):
+        key = id(self)
+        if window.state == RUNNING and window.steps_done(key):
             window.stop("steps")  # before the (N+1)th call: the window holds N whole steps
         local.depth = 1
         try:
             return original(self, *args, **kwds)
         finally:
             local.depth = 0
-            window.on_call_done(self)  # counts; in steps mode the window opens after a call
+            # Counts; in steps mode the window opens after a call.
+            window.on_call_done(key, getattr(self, "__name__", None) or repr(self)[:80])
 
     __call__.__wrapped__ = original
     pf.Function.__call__ = __call__
+
+
+def _fetch_names(fetches):
+    """A stable description of Session.run fetches: names of ops and tensors, nested."""
+    if isinstance(fetches, dict):
+        return tuple(sorted((str(k), _fetch_names(v)) for k, v in fetches.items()))
+    if isinstance(fetches, (list, tuple)):  # noqa: UP038 (the command's Python may be older)
+        return tuple(_fetch_names(f) for f in fetches)
+    return getattr(fetches, "name", None) or str(fetches)
+
+
+def _hook_session_run(window):
+    """TF1 graph mode: each Session.run from the main thread is a step candidate, one per
+    session and set of fetches (the training op's runs, not a checkpoint's). Runs from other
+    threads (queue runners: thousands, each an enqueue) are never steps."""
+    try:
+        from tensorflow.python.client import session
+    except ImportError:
+        return
+    original = session.BaseSession.run
+
+    def run(self, fetches, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return original(self, fetches, *args, **kwargs)
+        try:
+            names = _fetch_names(fetches)
+        except Exception:
+            names = repr(type(fetches))
+        key = ("Session.run", id(self), names)
+        if window.state == RUNNING and window.steps_done(key):
+            window.stop("steps")
+        try:
+            return original(self, fetches, *args, **kwargs)
+        finally:
+            window.on_call_done(key, f"Session.run({str(names)[:60]})")
+
+    run.__wrapped__ = original
+    session.BaseSession.run = run
 
 
 def _on_tensorflow_imported(cfg, tf):
@@ -264,6 +317,7 @@ def _on_tensorflow_imported(cfg, tf):
     window = _Window(cfg, tf)
     window.emit("imported")
     _hook_tf_function(window, tf)
+    _hook_session_run(window)
     atexit.register(window.at_exit)
     threading.Thread(
         target=window.control_thread, name="recadvisor-capture", daemon=True
