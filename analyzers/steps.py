@@ -36,6 +36,7 @@ from analyzers.events import (
     cat_map,
     cat_mask,
     chunks,
+    find_sorted,
     in_sorted,
     is_device_plane,
     on_thread,
@@ -199,17 +200,19 @@ def find_step_windows(events: pd.DataFrame
 
 def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
         pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]] | None:
-    """Steps from Session.run calls: the thread whose runs applied optimizer updates most often
-    (or, with no update anywhere, the one with the most runs), and of its runs those that
-    updated."""
+    """Steps from Session.run calls: the thread whose runs that applied optimizer updates last
+    longest in all (or, with no update anywhere, whose runs do), and of its runs those that
+    updated. By time in runs, not by count: a queue runner makes thousands of short runs."""
     is_run = host & cat_mask(events["name"], SESSION_RUN.__eq__)
     if is_run.sum() < 2:
         return None
     runs = with_end(events.loc[is_run, ["line", "plane", "line_id", "start_ns", "dur_ns"]])
     runs["updates"] = _runs_updating(events, host, np.flatnonzero(is_run), runs)
+    runs["updating_ns"] = np.where(runs["updates"], runs["dur_ns"], 0)
     per_thread = runs.groupby(["line", "plane", "line_id"], observed=True).agg(
-        updating=("updates", "sum"), runs=("updates", "size"))
-    line, plane, line_id = per_thread.sort_values(["updating", "runs"], ascending=False).index[0]
+        updating=("updating_ns", "sum"), in_runs=("dur_ns", "sum"))
+    line, plane, line_id = per_thread.sort_values(["updating", "in_runs"],
+                                                  ascending=False).index[0]
     thread = (str(plane), line_id)
     r = on_thread(runs, thread).sort_values("start_ns")
     if r["updates"].sum() >= 2:
@@ -233,25 +236,26 @@ def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
     thread."""
     update_rows = np.flatnonzero(host & cat_mask(events["op_type"], _APPLY_OP.match))
     starts = events["start_ns"].to_numpy(np.int64)
-    run_ids = _context_ids(events, "producer", run_rows)
-    if (run_ids >= 0).any():
-        c_rows, c_ids = present_stat(events, "consumer")
-        process = cat_mask(events["name"].iloc[c_rows], _PROCESS.__eq__)
-        c_rows, c_ids = c_rows[process], c_ids[process]
+    run_keys = _run_keys(events, "producer", run_rows)
+    if (run_keys >= 0).any():
+        c_rows, c_keys = _process_keys(events)
         # Each update op's enclosing Process event: the last one to start before it on its
-        # thread, if it has not ended yet.
-        thread = _thread_codes(events)
-        ends = EndTimes(events)
-        updating: list[np.ndarray] = []
-        for t in np.unique(thread[update_rows]):
-            on = np.flatnonzero(thread[c_rows] == t)  # indices into c_rows / c_ids
-            on = on[np.argsort(starts[c_rows[on]], kind="stable")]
-            u = starts[update_rows[thread[update_rows] == t]]
-            at = np.searchsorted(starts[c_rows[on]], u, side="right") - 1
-            held = (at >= 0) & (ends[c_rows[on[np.maximum(at, 0)]]] > u)
-            updating.append(c_ids[on[at[held]]])
-        return np.isin(run_ids, np.concatenate(updating or [np.zeros(0, np.int64)])) & (
-            run_ids >= 0)
+        # thread, if it has not ended yet. One sort by (thread, start) for all threads.
+        c_thread, u_thread = _thread_codes(events, c_rows), _thread_codes(events, update_rows)
+        order = np.lexsort((starts[c_rows], c_thread))
+        c_rows, c_keys, c_thread = c_rows[order], c_keys[order], c_thread[order]
+        # Per update, the Process events of its thread are c_rows[lo:hi].
+        lo = np.searchsorted(c_thread, u_thread, side="left")
+        hi = np.searchsorted(c_thread, u_thread, side="right")
+        u_start = starts[update_rows]
+        at = np.empty(len(update_rows), dtype=np.intp)
+        for t in np.unique(u_thread).tolist():  # one searchsorted per executor thread
+            mine = u_thread == t
+            a, b = lo[mine][0], hi[mine][0]
+            at[mine] = a + np.searchsorted(starts[c_rows[a:b]], u_start[mine], side="right") - 1
+        held = (at >= lo) & (at < hi)
+        held[held] = EndTimes(events)[c_rows[at[held]]] > u_start[held]
+        return in_sorted(run_keys, np.unique(c_keys[at[held]])) & (run_keys >= 0)
     updates = np.sort(starts[update_rows])
     return (np.searchsorted(updates, runs["end_ns"].to_numpy(np.int64))
             - np.searchsorted(updates, runs["start_ns"].to_numpy(np.int64))) > 0
@@ -259,55 +263,66 @@ def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
 
 def session_runs(events: pd.DataFrame, thread: tuple[str, object] | None
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The `SessionRun` rows on `thread` and the run ids they produce (-1 where absent)."""
+    """The `SessionRun` rows on `thread` (every thread when None) and their run keys: the id
+    each produces, with its host (ids are counters per process: two workers' traces reuse
+    them), -1 where absent."""
     runs = np.flatnonzero(cat_mask(events["name"], SESSION_RUN.__eq__))
     if thread is not None:
         runs = runs[((events["plane"].iloc[runs] == thread[0])
                      & (events["line_id"].iloc[runs] == thread[1])).to_numpy()]
-    return runs, _context_ids(events, "producer", runs)
+    return runs, _run_keys(events, "producer", runs)
 
 
-def runs_work(events: pd.DataFrame, ids: np.ndarray, *, of: bool = True
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the executor work (`ExecutorState::Process`, `ExecutorDoneCallback`: the
-    events consuming a run's context id) of the runs `ids`, or with `of=False` of every other
-    run. Empty without run context ids."""
-    if "consumer" not in events:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+def runs_work(events: pd.DataFrame, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the executor work (`ExecutorState::Process`, `ExecutorDoneCallback` and
+    the other events consuming a run's context id) of the runs `keys` (session_runs')."""
     rows, used = present_stat(events, "consumer")
-    rows = rows[np.isin(used, ids[ids >= 0]) == of]
+    rows = rows[in_sorted(_host_keyed(events, rows, used), np.unique(keys[keys >= 0]))]
     return events["start_ns"].to_numpy(np.int64)[rows], EndTimes(events)[rows]
 
 
 def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The executor work of Session.run calls made from threads other than `thread`, the
-    step-driving one: queue runners filling an input queue, a second session. Empty unless
-    `thread`'s own runs carry ids (a TF2 step thread makes no Session.run: every other event
-    consuming an id, thread-pool regions and function runs, is no other session's)."""
-    ids = session_runs(events, thread)[1] if thread is not None else np.zeros(0, np.int64)
-    if not (ids >= 0).any():
+    step-driving one: queue runners filling an input queue, a second session."""
+    if thread is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return runs_work(events, ids, of=False)
+    rows, keys = session_runs(events, None)
+    mine = ((events["plane"].iloc[rows] == thread[0]) & (events["line_id"].iloc[rows] == thread[1])
+            ).to_numpy()
+    return runs_work(events, keys[~mine])
 
 
-def _context_ids(events: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
-    """The context-id stat `col` of `rows` (-1 where absent or the table has no such column)."""
-    out = np.full(len(rows), -1, dtype=np.int64)
-    if col not in events:
-        return out
+def _process_keys(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The `ExecutorState::Process` rows carrying a run id, and their run keys."""
+    rows, ids = present_stat(events, "consumer")
+    process = cat_mask(events["name"].iloc[rows], _PROCESS.__eq__)
+    rows, ids = rows[process], ids[process]
+    return rows, _host_keyed(events, rows, ids)
+
+
+def _run_keys(events: pd.DataFrame, col: str, rows: np.ndarray) -> np.ndarray:
+    """The context id `col` of `rows` with their host (-1 where absent)."""
     have, ids = present_stat(events, col)
-    at = np.minimum(np.searchsorted(have, rows), max(len(have) - 1, 0))
-    hit = (have[at] == rows) if len(have) else np.zeros(len(rows), dtype=bool)
-    out[hit] = ids[at[hit]]
+    pos, hit = find_sorted(have, rows)
+    out = np.full(len(rows), -1, dtype=np.int64)
+    out[hit] = _host_keyed(events, rows[hit], ids[pos[hit]])
     return out
 
 
-def _thread_codes(events: pd.DataFrame) -> np.ndarray:
-    """One integer per event naming its thread (plane, line id)."""
-    plane = events["plane"].array.codes.astype(np.int64)
-    line_id = events["line_id"].array.codes.astype(np.int64)
-    return plane * (int(line_id.max(initial=0)) + 1) + line_id
+def _host_keyed(events: pd.DataFrame, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Run ids made unique across hosts: the host's code above the id's 48 bits (step ids count
+    the runs of one process)."""
+    host = events["host"].array.codes[rows].astype(np.int64)
+    return (host << 48) | (ids & ((1 << 48) - 1))
+
+
+def _thread_codes(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """One integer per row of `rows` naming its thread (host, plane, line id)."""
+    host = events["host"].array.codes[rows].astype(np.int64)
+    plane = events["plane"].array.codes[rows].astype(np.int64)
+    line_id = events["line_id"].array.codes[rows].astype(np.int64)
+    return (host << 40) | (plane << 20) | line_id
 
 
 def _device_steps(events: pd.DataFrame

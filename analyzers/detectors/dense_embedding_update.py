@@ -111,7 +111,8 @@ def detect(ctx: Context) -> Finding | None:
     else:
         # Only the few op names this reads are clipped (all host ops of a large trace are
         # millions).
-        ops = ctx.in_steps(name=_wanted, columns=("name", "kind", "start_ns", "end_ns"))
+        ops = ctx.in_steps(name=_wanted,
+                           columns=("name", "kind", "start_ns", "end_ns", "step_idx"))
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
@@ -125,8 +126,12 @@ def detect(ctx: Context) -> Finding | None:
     # `table/Read/ReadVariableOp`, only in the steps that save: `step_stalls`).
     reads = ops[read]
     by_name = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True)
-    med, count = by_name.median(), by_name.size()
-    copying = set(med[(med >= COPY_MIN_NS) & (count >= EVERY_STEP_SHARE * ctx.n_steps)].index)
+    med = by_name.median()
+    # Steps, not events: one read clipped in two at a step boundary, or made twice in a step.
+    steps_with = (reads.groupby("name", observed=True)["step_idx"].nunique()
+                  if "step_idx" in reads else by_name.size())
+    copying = set(med[(med >= COPY_MIN_NS)
+                      & (steps_with.reindex(med.index) >= EVERY_STEP_SHARE * ctx.n_steps)].index)
     copy = read & ops["name"].isin(copying).to_numpy() & (not ctx.has_accelerator)
 
     lookup_share = _share(ops, lookup, total)

@@ -6,7 +6,8 @@ ops), and the training run dequeues from them (`QueueDequeueManyV2`, an async ke
 no event). While it waits, none of the training run's executor events (the ones consuming its
 run id) is active, and nothing the breakdown ranks above framework covers the time: that idle
 time inside the training runs is the wait. Without run ids (a trace that dropped them) the run's
-own work cannot be told from the queue runners' and nothing is said.
+own work cannot be told from the queue runners' and nothing is said; nor without another thread
+calling Session.run during the steps (a queue that nothing fills from another thread).
 
 What-if: a tf.data pipeline that prefetches produces the next batch while the step runs, so the
 step loses the wait: 1 / (1 - wait). A lower bound: the queue runners' Python threads, one
@@ -20,6 +21,7 @@ import re
 import numpy as np
 
 from analyzers.context import Context
+from analyzers.events import EndTimes
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.input_pipeline import MIN_INPUT_WAIT
 from analyzers.steps import covered_outside, merge_intervals, runs_work, session_runs
@@ -39,15 +41,18 @@ def detect(ctx: Context) -> Finding | None:
     if not queues:
         return None
     ev = ctx.events
-    rows, ids = session_runs(ev, ctx.steps.thread)
-    if not (ids >= 0).any():
+    rows, keys = session_runs(ev, ctx.steps.thread)
+    if not (keys >= 0).any():
         return None
+    fillers, fill_runs = _queue_runners(ctx)
+    if not fillers:
+        return None  # a queue nobody fills from another thread (a sync-replicas token queue)
     t = ctx.steps.table
     first, last = int(t["start_ns"].iloc[0]), int(t["end_ns"].iloc[-1])
     starts = ev["start_ns"].to_numpy(np.int64)[rows]
-    ends = starts + ev["dur_ns"].to_numpy(np.int64)[rows]
-    rs, re_ = merge_intervals(np.clip(starts, first, last), np.clip(ends, first, last))
-    ws, we = runs_work(ev, ids)
+    rs, re_ = merge_intervals(np.clip(starts, first, last),
+                              np.clip(EndTimes(ev)[rows], first, last))
+    ws, we = runs_work(ev, keys)
     other = ctx.in_steps(kinds=_COVERING_KINDS, columns=("start_ns", "end_ns"))
     cs, ce = merge_intervals(np.concatenate([ws, other["start_ns"].to_numpy(np.int64)]),
                              np.concatenate([we, other["end_ns"].to_numpy(np.int64)]))
@@ -55,7 +60,6 @@ def detect(ctx: Context) -> Finding | None:
     wait = covered_outside(rs, re_, cs, ce) / total if total > 0 else 0.0
     if wait < MIN_INPUT_WAIT:
         return None
-    fillers, fill_runs = _queue_runners(ctx)
     step_ms = ctx.steps.median_step_ns() / 1e6
     queue_ops = ctx.in_steps(name=lambda n: bool(_QUEUE_OPS.search(n.rsplit(":", 1)[-1])),
                              columns=("name", "dur_ns"))
@@ -97,8 +101,6 @@ def _queue_runners(ctx: Context) -> tuple[int, float]:
     t = ctx.steps.table
     start = ev["start_ns"].to_numpy(np.int64)[rows]
     inside = (start >= t["start_ns"].iloc[0]) & (start < t["end_ns"].iloc[-1])
-    thread = ctx.steps.thread
-    mine = ((ev["plane"].iloc[rows] == thread[0]) & (ev["line_id"].iloc[rows] == thread[1])
-            ).to_numpy() if thread is not None else np.zeros(len(rows), dtype=bool)
+    mine = np.isin(rows, session_runs(ev, ctx.steps.thread)[0])
     other = rows[inside & ~mine]
     return int(ev["line_id"].iloc[other].nunique()), len(other) / ctx.n_steps

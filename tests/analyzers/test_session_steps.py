@@ -18,7 +18,7 @@ from analyzers.events import present_stat
 from analyzers.ingest.chrome_trace import read_chrome_trace
 from analyzers.ingest.logdir import load_run
 from analyzers.report import analyze
-from analyzers.steps import other_runs_work, step_breakdown
+from analyzers.steps import other_runs_work, runs_work, session_runs, step_breakdown
 from tests.analyzers.xspace_builder import XSpaceBuilder
 
 MS = 1_000_000
@@ -102,8 +102,7 @@ def test_without_run_ids_a_run_holds_the_updates_that_start_in_it(tmp_path):
     one calling thread (a checkpoint run between two training runs updates nothing)."""
     b = session_trace(save_every=3, ids=False)
     steps = _steps(tmp_path, b)
-    assert "producer" not in load_run(tmp_path).events or not len(
-        present_stat(load_run(tmp_path).events, "producer")[0])
+    assert not len(present_stat(load_run(tmp_path).events, "producer")[0])
     assert steps.table["start_ns"].tolist() == [i * 10 * MS for i in range(6)]
 
 
@@ -137,7 +136,7 @@ def test_run_ids_are_read_only_from_traces_with_session_runs(tmp_path):
     tf2.write(tmp_path / "tf2")
     ev = load_run(tmp_path / "tf2").events
     for col in ("producer", "consumer"):
-        assert col not in ev or not len(present_stat(ev, col)[0])
+        assert not len(present_stat(ev, col)[0])
 
 
 def test_chrome_trace_reads_run_ids_with_session_runs(tmp_path):
@@ -177,11 +176,39 @@ def test_session_trace_is_analyzed(tmp_path, queue_threads):
     assert report.ctx.fractions["host_compute"] > 0.4
 
 
-def test_no_other_runs_for_a_thread_without_runs(tmp_path):
-    """A step thread that makes no Session.run (a TF2 function loop in a trace that also has
-    runs) has no "other sessions": every event consuming an id would otherwise count."""
-    session_trace(queue_threads=1).write(tmp_path)
+def test_other_runs_work_is_exactly_the_other_threads_runs(tmp_path):
+    """The executor events consuming the ids of runs made on other threads, nothing else (no
+    thread-pool region or function run that happens to consume an id)."""
+    b = session_trace(queue_threads=1)
+    b.plane("/host:CPU").line("tf_Compute/30", line_id=30).event(
+        "ExecutorState::Process", 5 * MS, MS, _ct=1, _c=99_999)  # no SessionRun produced it
+    b.write(tmp_path)
     events = load_run(tmp_path).events
-    assert len(other_runs_work(events, ("/host:CPU", 1))[0]) > 0
-    for thread in (("/host:CPU", 11), None):  # an executor thread: no runs of its own
-        assert len(other_runs_work(events, thread)[0]) == 0
+    queue = other_runs_work(events, ("/host:CPU", 1))
+    # 240 queue-runner runs (every 0.25 ms for 60 ms), each 2 Process events and a callback.
+    assert len(queue[0]) == 240 * 3
+    assert len(other_runs_work(events, None)[0]) == 0
+    # From a thread that makes no run, every run is another thread's: the training runs too.
+    assert len(other_runs_work(events, ("/host:CPU", 11))[0]) == 240 * 3 + 6 * 9
+
+
+def test_run_ids_of_two_hosts_are_not_mixed(tmp_path):
+    """Step ids count the runs of one process: two workers' traces reuse them (100, 101, ...
+    here). A run's work is its own host's events consuming its id, not the other host's."""
+    session_trace().write(tmp_path, host="a")
+    session_trace(busy_runs=True).write(tmp_path, host="b")
+    events = load_run(tmp_path).events
+    rows, keys = session_runs(events, ("/host:CPU", 1))
+    on_a = (events["host"].iloc[rows] == "a").to_numpy()
+    starts, ends = runs_work(events, keys[on_a])
+    # 6 runs of 8 ops: 8 Process events and a callback each, all on host a (busy runs on b
+    # last 2 ms an op, on a 1 ms or 0.2 ms).
+    assert len(starts) == 6 * 9 and (ends - starts).max() < 1.1 * MS
+
+
+def test_without_run_ids_queue_runners_do_not_drive_the_steps(tmp_path):
+    """Without ids, updates are placed by time, and the queue runners' short runs overlap them
+    (more runs of theirs hold an update's start than the training thread has runs): the thread
+    whose updating runs last longest is the training one."""
+    steps = _steps(tmp_path, session_trace(queue_threads=2, ids=False))
+    assert steps.thread == ("/host:CPU", 1) and len(steps.table) == 6
