@@ -58,8 +58,9 @@ closes when the step function (the one called most often up to then, or, if none
 the first called again in the window) is called for the (N+1)th time in it, so it holds N whole
 steps and the time between them. Keras model.fit calls one tf.function per step (per
 steps_per_execution steps), and so does a custom loop with a @tf.function train step. A purely
-eager loop has no tf.function to count: use --duration. If the step function is not called again,
-the window closes when the command exits.
+eager loop has no tf.function to count, and Session callables (Session.make_callable) are not
+counted: use --duration. If the step function is not called again, the window closes when the
+command exits.
 
 Ctrl-C reaches COMMAND as usual; a window in progress is closed and written as the command exits.
 A SIGINT or SIGTERM sent to recadvisor itself is passed on to COMMAND as SIGINT (a second one as
