@@ -279,8 +279,13 @@ def on_thread(df: pd.DataFrame, thread: tuple[str, object] | None) -> pd.DataFra
     as Steps.thread; all rows when it is unknown. Several threads can share a line name."""
     if thread is None or df.empty:
         return df
-    keep = ((df["plane"] == thread[0]) & (df["line_id"] == thread[1])).to_numpy()
+    keep = thread_mask(df, thread)
     return df if keep.all() else df[keep].reset_index(drop=True)
+
+
+def thread_mask(df: pd.DataFrame, thread: tuple[str, object]) -> np.ndarray:
+    """Per row of `df` (with `plane` and `line_id` columns), whether it is on `thread`."""
+    return ((df["plane"] == thread[0]) & (df["line_id"] == thread[1])).to_numpy()
 
 
 def present_values(col: pd.Series) -> list[str]:

@@ -41,6 +41,7 @@ from analyzers.events import (
     is_device_plane,
     on_thread,
     present_stat,
+    thread_mask,
     with_end,
 )
 
@@ -268,9 +269,13 @@ def session_runs(events: pd.DataFrame, thread: tuple[str, object] | None
     them), -1 where absent."""
     runs = np.flatnonzero(cat_mask(events["name"], SESSION_RUN.__eq__))
     if thread is not None:
-        runs = runs[((events["plane"].iloc[runs] == thread[0])
-                     & (events["line_id"].iloc[runs] == thread[1])).to_numpy()]
+        runs = runs[runs_on(events, runs, thread)]
     return runs, _run_keys(events, "producer", runs)
+
+
+def runs_on(events: pd.DataFrame, rows: np.ndarray, thread: tuple[str, object]) -> np.ndarray:
+    """Per row of `rows` (SessionRun rows), whether it is on `thread`."""
+    return thread_mask(events.iloc[rows], thread)  # a few rows: no column copied whole
 
 
 def runs_work(events: pd.DataFrame, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -288,9 +293,7 @@ def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
     if thread is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rows, keys = session_runs(events, None)
-    mine = ((events["plane"].iloc[rows] == thread[0]) & (events["line_id"].iloc[rows] == thread[1])
-            ).to_numpy()
-    return runs_work(events, keys[~mine])
+    return runs_work(events, keys[~runs_on(events, rows, thread)])
 
 
 def _process_keys(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -125,14 +125,14 @@ def detect(ctx: Context) -> Finding | None:
     # steps make: a read in a few steps is periodic work (a TF1 Saver reads each variable,
     # `table/Read/ReadVariableOp`, only in the steps that save: `step_stalls`).
     reads = ops[read]
-    by_name = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True)
-    med = by_name.median()
-    # Steps, not events: one read clipped in two at a step boundary, or made twice in a step.
-    steps_with = (reads.groupby("name", observed=True)["step_idx"].nunique()
-                  if "step_idx" in reads else by_name.size())
-    copying = set(med[(med >= COPY_MIN_NS)
-                      & (steps_with.reindex(med.index) >= EVERY_STEP_SHARE * ctx.n_steps)].index)
-    copy = read & ops["name"].isin(copying).to_numpy() & (not ctx.has_accelerator)
+    med = (reads["end_ns"] - reads["start_ns"]).groupby(reads["name"], observed=True).median()
+    copy = np.zeros(len(ops), dtype=bool)
+    if not ctx.has_accelerator:  # a copy on read runs no kernel of its own: host traces only
+        # Steps, not events: one read clipped in two at a step boundary, or made twice in one.
+        steps_with = reads.groupby("name", observed=True)["step_idx"].nunique()
+        copying = med.index[(med >= COPY_MIN_NS)
+                            & (steps_with.reindex(med.index) >= EVERY_STEP_SHARE * ctx.n_steps)]
+        copy = read & ops["name"].isin(copying).to_numpy()
 
     lookup_share = _share(ops, lookup, total)
     savings: dict[str, float] = {}

@@ -122,8 +122,7 @@ def _executor_overhead(ctx: Context) -> float:
     # Session.run calls from other threads (queue runners) run their executors on the same
     # threads: their framework time is input work, not this step's dispatch.
     xs, xe = other_runs_work(ctx.events, ctx.steps.thread)
-    if len(xs):
-        os_, oe = merge_intervals(np.concatenate([os_, xs]), np.concatenate([oe, xe]))
+    os_, oe = np.concatenate([os_, xs]), np.concatenate([oe, xe])
     total = ctx.total_step_ns
     return covered_outside(fs, fe, os_, oe) / total if total > 0 else 0.0
 

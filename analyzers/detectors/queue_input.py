@@ -24,7 +24,7 @@ from analyzers.context import Context
 from analyzers.events import EndTimes
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.input_pipeline import MIN_INPUT_WAIT
-from analyzers.steps import covered_outside, merge_intervals, runs_work, session_runs
+from analyzers.steps import covered_outside, runs_on, runs_work, session_runs
 
 ID = "queue_input"
 _QUEUE_OPS = re.compile(r"^(FIFOQueue|PaddingFIFOQueue|RandomShuffleQueue|PriorityQueue)(V2)?$")
@@ -44,18 +44,17 @@ def detect(ctx: Context) -> Finding | None:
     rows, keys = session_runs(ev, ctx.steps.thread)
     if not (keys >= 0).any():
         return None
-    fillers, fill_runs = _queue_runners(ctx)
-    if not fillers:
-        return None  # a queue nobody fills from another thread (a sync-replicas token queue)
     t = ctx.steps.table
     first, last = int(t["start_ns"].iloc[0]), int(t["end_ns"].iloc[-1])
-    starts = ev["start_ns"].to_numpy(np.int64)[rows]
-    rs, re_ = merge_intervals(np.clip(starts, first, last),
-                              np.clip(EndTimes(ev)[rows], first, last))
+    fillers, fill_runs = _queue_runners(ctx, first, last)
+    if not fillers:
+        return None  # a queue nobody fills from another thread (a sync-replicas token queue)
+    rs = np.clip(ev["start_ns"].to_numpy(np.int64)[rows], first, last)
+    re_ = np.clip(EndTimes(ev)[rows], first, last)
     ws, we = runs_work(ev, keys)
     other = ctx.in_steps(kinds=_COVERING_KINDS, columns=("start_ns", "end_ns"))
-    cs, ce = merge_intervals(np.concatenate([ws, other["start_ns"].to_numpy(np.int64)]),
-                             np.concatenate([we, other["end_ns"].to_numpy(np.int64)]))
+    cs = np.concatenate([ws, other["start_ns"].to_numpy(np.int64)])
+    ce = np.concatenate([we, other["end_ns"].to_numpy(np.int64)])
     total = ctx.total_step_ns
     wait = covered_outside(rs, re_, cs, ce) / total if total > 0 else 0.0
     if wait < MIN_INPUT_WAIT:
@@ -93,14 +92,11 @@ def detect(ctx: Context) -> Finding | None:
     )
 
 
-def _queue_runners(ctx: Context) -> tuple[int, float]:
-    """Threads other than the step-driving one that call Session.run during the steps, and
-    their calls per step."""
+def _queue_runners(ctx: Context, first: int, last: int) -> tuple[int, float]:
+    """Threads other than the step-driving one that call Session.run during the steps (from
+    `first` to `last`), and their calls per step."""
     ev = ctx.events
     rows, _ = session_runs(ev, None)
-    t = ctx.steps.table
     start = ev["start_ns"].to_numpy(np.int64)[rows]
-    inside = (start >= t["start_ns"].iloc[0]) & (start < t["end_ns"].iloc[-1])
-    mine = np.isin(rows, session_runs(ev, ctx.steps.thread)[0])
-    other = rows[inside & ~mine]
+    other = rows[(start >= first) & (start < last) & ~runs_on(ev, rows, ctx.steps.thread)]
     return int(ev["line_id"].iloc[other].nunique()), len(other) / ctx.n_steps

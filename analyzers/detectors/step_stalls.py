@@ -191,7 +191,8 @@ def detect(ctx: Context) -> Finding | None:
         evidence=evidence,
         remedy=(_UNEXPLAINED if cause is None else
                 _IDLE_REMEDIES.get(states[0] if states else "", _REMEDIES[cause])
-                + (_SESSION_CHECKPOINT if cause == "checkpoint" and _sessions(ctx) else "")),
+                + (_SESSION_CHECKPOINT if cause == "checkpoint"
+                   and ctx.steps.source.startswith("session:") else "")),
         # Without a cause there is nothing concrete to change, and an owner's finding already
         # counts the time: shown, never ranked above low.
         severity="low" if cause is None or owner else "",
@@ -207,10 +208,6 @@ def detect(ctx: Context) -> Finding | None:
             t["start_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES],
             t["end_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES], strict=True)],
     )
-
-
-def _sessions(ctx: Context) -> bool:
-    return ctx.steps.source.startswith("session:")
 
 
 def _owner(ctx: Context, cause: str | None) -> str | None:
