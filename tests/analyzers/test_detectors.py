@@ -315,6 +315,30 @@ def test_no_prefetch_and_one_reader_are_named(tmp_path):
     assert "io_stall" not in f
 
 
+def test_hiding_a_wait_on_a_cpu_host_still_costs_the_map_functions_cpu(tmp_path):
+    """A prefetched pipeline with one reader waits 10 ms of a 100 ms step while its map ops take
+    4 ms a step: more readers hide the wait, but those 4 ms of CPU work then run beside the
+    model's ops on the same cores (one CPU assumed without sampler data): 6% saved, not 10%."""
+    pipe = "Iterator::Root::Prefetch::BatchV2::ParallelInterleaveV4"
+    _, run = host_trace(tmp_path / "small", steps=8, wait_ms=10, pipeline=pipe, readers=1,
+                        parse_op_ms=4.0)
+    f = by_id(analyze(run))["input_preprocessing"]
+    assert f.numbers["causes"] == ["low_parallelism"]
+    assert f.speedup == pytest.approx(1 / 0.94, rel=0.02) and f.severity == "low"
+    assert any("CPU count unknown: one assumed" in e and "not 10.0%" in e
+               for e in f.evidence), f.evidence
+    # A 3.5 ms wait and 1.7 ms of map ops (just under half the wait: from half on the producers
+    # count as CPU-bound): 1.8% left, below what counts as a wait at all.
+    _, run = host_trace(tmp_path / "none", steps=8, wait_ms=3.5, pipeline=pipe, readers=1,
+                        parse_op_ms=1.7)
+    assert "input_preprocessing" not in by_id(analyze(run))
+    # A long wait keeps nearly all of its estimate.
+    _, run = host_trace(tmp_path / "long", steps=8, wait_ms=40, pipeline=pipe, readers=1,
+                        parse_op_ms=4.0)
+    assert by_id(analyze(run))["input_preprocessing"].speedup == pytest.approx(1 / 0.64,
+                                                                                 rel=0.02)
+
+
 def _busy_readers(b, host, main, comp, t0, i):
     """Reader stages (record reading + decompression, or waiting on storage) busy 40 ms per step
     on 4 threads."""
@@ -1300,6 +1324,30 @@ def test_input_bursts_name_file_opens_and_defer_to_the_input_finding(tmp_path):
 def test_even_steps_and_window_edges_are_not_stalls(tmp_path, durations):
     report = analyze(_uneven(tmp_path, [float(d) for d in durations], compute_ms=6.0))
     assert report.steps_found and "step_stalls" not in by_id(report)
+
+
+def test_a_lone_stall_ranks_only_when_its_events_name_it(tmp_path):
+    """One step of 40 ms among 10 ms ones: untraced time or work of that step alone is what an OS
+    hiccup leaves too (low); a checkpoint's events say what it is (ranked on its gain). Two
+    untraced stalls rank."""
+    durations = [10.0] * 8 + [40.0] + [10.0] * 8
+
+    def save(main, comp, t0, i, dur):
+        main.event("EagerLocalExecute: SaveV2", t0 + 9 * MS, 28 * MS)
+
+    def export(main, comp, t0, i, dur):
+        comp.event("ExportMetrics:PyFunc", t0 + 9 * MS, 28 * MS)
+    for name, stall, cause in (("gap", None, "python_other"), ("extra", export, "extra_work")):
+        f = by_id(analyze(_uneven(tmp_path / name, durations, stall)))["step_stalls"]
+        assert f.numbers["cause"] == cause and f.severity == "low", f
+        assert f.speedup == pytest.approx(200 / 170, rel=0.01)  # still the window's share
+        assert any("profile a longer window" in e for e in f.evidence), f.evidence
+    ckpt = by_id(analyze(_uneven(tmp_path / "ckpt", durations, save)))["step_stalls"]
+    assert ckpt.numbers["cause"] == "checkpoint" and ckpt.severity == "medium"
+    assert not any("longer window" in e for e in ckpt.evidence)
+    two = durations[:3] + [40.0] + durations[4:]
+    f = by_id(analyze(_uneven(tmp_path / "two", two)))["step_stalls"]
+    assert f.numbers["cause"] == "python_other" and f.severity == "high"
 
 
 def test_too_few_steps_to_judge(tmp_path):
