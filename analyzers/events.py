@@ -49,6 +49,11 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
 TEXT_STATS = {"memcpy_details", "tf_op", "filename"}
 # DirectSession's event for one Session.run call, on the calling thread.
 SESSION_RUN = "SessionRun"
+# One traced Session.run of a TF1 RunMetadata timeline (tf.compat.v1 `timeline.Timeline`, what
+# Estimator's ProfilerHook writes as timeline-<step>.json): the reader adds it over each file's
+# ops, since the file holds that one run and nothing marks it (docs/trace-signals.md,
+# "TF1 RunMetadata timelines").
+TIMELINE_RUN = "RunMetadata timeline"
 # Read only from traces with Session.run calls, where they tie ops to runs: on a TF2 trace 1.7M
 # of 4.6M events carry them (thread-pool and function-run events), +100 MB and +0.6 s to decode.
 SESSION_STATS = frozenset({"producer", "consumer"})

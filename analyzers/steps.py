@@ -32,6 +32,7 @@ import pandas as pd
 from analyzers.events import (
     SESSION_RUN,
     STEPS_LINE,
+    TIMELINE_RUN,
     EndTimes,
     cat_map,
     cat_mask,
@@ -164,7 +165,10 @@ def find_step_windows(events: pd.DataFrame
         w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         w = w.reset_index().rename(columns={"step_num": "step"})
         if len(w) >= 1:
-            return _chain(w), f"markers:{best}", _main_thread(m)
+            # A timeline's runs are samples, steps apart: each is its own window.
+            w = (w.sort_values("start_ns", ignore_index=True) if best == TIMELINE_RUN
+                 else _chain(w))
+            return w, f"markers:{best}", _main_thread(m)
     device_steps = _device_steps(events)
     if device_steps is not None:
         return device_steps

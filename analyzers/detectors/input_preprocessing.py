@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from analyzers.context import Context
 from analyzers.detectors import claims, dstate_threads, duplicated_input
+from analyzers.events import TIMELINE_RUN
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
     MIN_INPUT_WAIT,
@@ -72,9 +73,29 @@ _FIXES = {
 }
 
 
+# A wait whose pipeline left no event is reported from this share of the step: below it, it is as
+# likely the get-next call's own cost under the tracer (a prefetched TF1 job's IteratorGetNext
+# took 7% of its RunMetadata timeline steps; docs/trace-signals.md, "TF1 RunMetadata timelines").
+MIN_UNSEEN_WAIT = 0.1
+_UNSEEN_REMEDY = ("Make the pipeline visible before changing it: profile with the TF2 profiler "
+                  "(tf.profiler.experimental.start/stop, or `recadvisor capture`), which records "
+                  "tf.data's stages and map functions, then follow that report. The usual fixes: "
+                  "parse a whole batch per call (batch before map, or prebatched records), map "
+                  "and interleave with num_parallel_calls=AUTOTUNE, end with "
+                  "prefetch(AUTOTUNE), store records uncompressed.")
+# A PyTorch DataLoader's work runs in worker processes the trace does not hold.
+_UNSEEN_REMEDY_TORCH = ("Load batches in parallel and ahead of the step: DataLoader(num_workers="
+                        "one per spare core, persistent_workers=True, prefetch_factor=2 or "
+                        "more, pin_memory=True), move per-example Python work into batched "
+                        "tensor ops, and store preprocessed data; profile the workers "
+                        "(py-spy) to see what they do.")
+
+
 def detect(ctx: Context) -> Finding | None:
     wait = ctx.fractions.get("input_wait", 0.0)
     pipe = analyze_input_pipeline(ctx)
+    if not pipe.present:
+        return _unseen(ctx, wait)
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
     causes = pipeline_causes(ctx, pipe)
@@ -202,4 +223,35 @@ def detect(ctx: Context) -> Finding | None:
         top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx),
         config_changes=changes,
+    )
+
+
+def _unseen(ctx: Context, wait: float) -> Finding | None:
+    """The training thread waits on its input, but no event of the pipeline is in the trace (a
+    TF1 RunMetadata timeline holds the graph's own ops only): the wait is measured, its cause is
+    not, and removing it entirely is the bound on what a fix gains."""
+    if wait < MIN_UNSEEN_WAIT:
+        return None
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    timeline = ctx.steps.source == f"markers:{TIMELINE_RUN}"
+    torch = ctx.framework == "pytorch"
+    return Finding(
+        id=ID,
+        title="The input pipeline holds up training (its work is not in the trace)",
+        step_fraction=wait,
+        speedup=speedup_from_saving(wait),
+        evidence=[
+            f"{wait:.0%} of step time the training thread waits for the next batch "
+            f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)",
+            ("the DataLoader's workers are not in the trace" if torch else
+             "no tf.data stage, map-function op or reader event in the trace"
+             + (": a RunMetadata timeline records the Session's graph ops only, not what "
+                "tf.data's threads do" if timeline else "")),
+            f"estimate: the wait hidden entirely, {speedup_from_saving(wait):.2f}x: an upper "
+            "bound, since the trace cannot say which fix would hide how much of it",
+        ],
+        remedy=_UNSEEN_REMEDY_TORCH if torch else _UNSEEN_REMEDY,
+        numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
+                 "causes": [], "pipeline_traced": False},
+        time_ranges_ms=input_wait_ranges(ctx),
     )

@@ -33,6 +33,10 @@ def detect(ctx: Context) -> Finding | None:
     if wait < MIN_INPUT_WAIT:
         return None
     pipe = analyze_input_pipeline(ctx)
+    if not pipe.present:
+        # No event of the pipeline (a TF1 RunMetadata timeline): nothing says storage, and
+        # input_preprocessing reports the wait with its cause unknown.
+        return None
     if pipe.stage_paths and not pipe.reads_files:
         # In-memory sources (from_tensor_slices, cache, range): whatever the wait is, it is not
         # storage (docs/trace-signals.md, "Jobs that are not ours").

@@ -23,6 +23,7 @@ from analyzers.events import (
     GPU_ANNOTATIONS_LINE,
     SESSION_RUN,
     TEXT_STATS,
+    TIMELINE_RUN,
     build_events,
     stat_aliases,
 )
@@ -31,6 +32,12 @@ _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_
 # xprof's view JSON prefixes the host: `vm /host:CPU`, `vm /device:GPU:0`.
 _PLANE = re.compile(r"(?:^|\s)(/(?:host|device):\S+)$")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# A TF1 timeline names one process per device and role: `<device> Compute` (its ops, or a GPU
+# tracer's streams and copies), `<device> Tensors`, and `Allocators`.
+_TIMELINE_PID = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\d+))?"
+                           r"(?P<device>/device:(?P<type>[A-Za-z_]+):(?P<index>\d+))"
+                           r"(?:/(?P<sub>stream:\w+|memcpy))? (?:Compute|Tensors)$")
+_FILE_STEP = re.compile(r"(\d+)(?:\.json(?:\.gz)?)$")
 
 
 def load_json(path: Path) -> dict | list:
@@ -81,6 +88,9 @@ def read_chrome_trace(path: Path, host: str,
     ev = ev.reset_index(drop=True)
     if ev.empty:
         return build_events(**_no_rows(host)), 0
+    timeline = _timeline_devices(proc_names)
+    if timeline is not None:
+        return _read_timeline(path, ev, proc_names, timeline)
     ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
     dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
     t0_us = ts.min()
@@ -151,6 +161,72 @@ def read_chrome_trace(path: Path, host: str,
     # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
     t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
     return events, t0_ns
+
+
+def _timeline_devices(proc_names: dict) -> dict | None:
+    """pid → its device match, when every named process is a TF1 timeline's; else None."""
+    found = {pid: m for pid, name in proc_names.items() if (m := _TIMELINE_PID.match(name))}
+    if not found or any(pid not in found and name != "Allocators"
+                        for pid, name in proc_names.items()):
+        return None
+    return found
+
+
+def _read_timeline(path: Path, ev: pd.DataFrame, proc_names: dict,
+                   devices: dict) -> tuple[pd.DataFrame, int]:
+    """A TF1 RunMetadata timeline (docs/trace-signals.md, "TF1 RunMetadata timelines"): one
+    Session.run's ops, each `Op` event named by its op type with the node in `args.name`, on
+    lanes the writer assigned (not threads), in unix microseconds. Ops placed on a device run on
+    the host's executor threads; a GPU tracer's kernels and copies sit on `<gpu>/stream:N` and
+    `<gpu>/memcpy`, with `<gpu>/stream:all` repeating them. The file is marked as one step
+    (TIMELINE_RUN, numbered by the digits ending its name: ProfilerHook's global step)."""
+    match = [devices.get(pid) for pid in ev["pid"]]
+    keep = np.array([m is not None for m in match])
+    subs = {(m["device"], m["sub"]) for m in match if m is not None}
+    # stream:all repeats the per-stream events: read it only when it is all there is.
+    keep &= np.array([m is None or m["sub"] != "stream:all"
+                      or not any(d == m["device"] and s not in (None, "stream:all")
+                                 for d, s in subs) for m in match])
+    ev = ev[keep].reset_index(drop=True)
+    match = [m for m, k in zip(match, keep, strict=True) if k]
+    if ev.empty:
+        raise ValueError(f"{path}: a TF1 timeline with no op events")
+    first = match[0]
+    host = f"{first['job']}:{first['task']}" if first["job"] else "host"
+    args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
+    ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(np.float64)
+    dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(np.float64)
+    planes, lines, names = [], [], []
+    for m, name, a in zip(match, ev["name"].astype(str), args, strict=True):
+        on_device = m["sub"] is not None and m["type"].upper() != "CPU"
+        planes.append(m["device"] if on_device else "/host:CPU")
+        lines.append(m["sub"] if on_device else f"{m['device']} ops")
+        # Host ops as the profiler names them (`scope/op:Type`); a device event by its op or
+        # copy type, which is what names kernels' and copies' kinds.
+        node = a.get("name")
+        names.append(name if on_device or not node or node == name else f"{node}:{name}")
+    line_ids = (ev["pid"].astype(np.int64).to_numpy() << 16) + pd.to_numeric(
+        ev["tid"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    start, end = ts.min(), (ts + dur).max()
+    number = _FILE_STEP.search(Path(path).name)
+    planes.append("/host:CPU")
+    lines.append("Session.run")
+    names.append(TIMELINE_RUN)
+    line_ids = np.append(line_ids, -1)
+    uniq, codes = np.unique(np.array(names, dtype=object), return_inverse=True)
+    n = len(names)
+    step = np.full(n, -1, dtype=np.int64)
+    # Without a number in the name, the run's start (µs) tells files apart.
+    step[-1] = int(number.group(1)) if number else int(start)
+    root = np.full(n, -1, dtype=np.int64)
+    root[-1] = 1
+    events = build_events(
+        host=host, plane=np.array(planes, dtype=object), line=np.array(lines, dtype=object),
+        line_id=line_ids, name_codes=codes, names=list(uniq),
+        start_ns=np.round(np.append(ts - start, 0.0) * 1000).astype(np.int64),
+        dur_ns=np.round(np.append(dur, end - start) * 1000).astype(np.int64),
+        stats={"step_num": step, "root": root})
+    return events, int(start * 1000)
 
 
 def _begin_end_pairs(frame: pd.DataFrame) -> pd.DataFrame:

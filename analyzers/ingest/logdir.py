@@ -129,7 +129,6 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     warnings: list[str] = []
     for f in files:
         host = _host_of(f)
-        hosts.append(host)
         if f.name.endswith(XPLANE_SUFFIX):
             if (SLOW_DECODER_WARNING not in warnings and not compiled_decoder_built()
                     and f.stat().st_size > SLOW_DECODER_BYTES):
@@ -138,6 +137,10 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             parts.append((x.events, x.t0_unix_ns))
         else:
             parts.append(read_chrome_trace(f, host, warnings))
+        # A TF1 timeline names its host by the job and task in its device names: every
+        # timeline-<step>.json of one worker is one host.
+        got = parts[-1][0]["host"]
+        hosts.append(str(got.iloc[0]) if len(got) else host)
     t0 = min((t for _, t in parts if t), default=0)
     frames = []
     for events, t_host in parts:

@@ -1194,6 +1194,33 @@ def test_pytorch_chrome_trace_is_diagnosed_like_an_xplane(tmp_path):
     assert f.step_fraction == pytest.approx(0.3, abs=0.03) and f.severity == "high"
 
 
+def test_a_dataloader_wait_is_named_with_pytorch_remedies(tmp_path):
+    """A PyTorch job waiting 40 ms of each 100 ms step in the DataLoader's `__next__`: its workers
+    are not in the trace, so the cause is unknown, nothing says storage, and the remedy is the
+    DataLoader's, not tf.data's."""
+    import json
+
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
+    for step in range(5):
+        t0 = step * 100_000  # µs
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+             "tid": 1, "ts": t0, "dur": 99_000},
+            {"ph": "X", "cat": "user_annotation",
+             "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "pid": 1,
+             "tid": 1, "ts": t0 + 500, "dur": 40_000},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
+             "ts": t0 + 41_000, "dur": 57_000}]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    found = by_id(analyze(path))
+    assert "io_stall" not in found
+    f = found["input_preprocessing"]
+    assert f.numbers["pipeline_traced"] is False and f.severity == "high"
+    assert "num_workers" in f.remedy and "tf.data" not in f.remedy
+    assert "DataLoader's workers" in " ".join(f.evidence)
+
+
 # ---- step_stalls -------------------------------------------------------------------------------
 
 def _uneven(tmp, durations_ms: list[float], stall=None, compute_ms: float = 8.0,

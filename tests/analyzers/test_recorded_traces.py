@@ -127,3 +127,25 @@ def test_recorded_pytorch_gpu_trace(tmp_path):
     launch = found["kernel_launch_overhead"]
     assert launch.severity == "high" and launch.numbers["ops_per_step"] > 900
     assert "torch.compile" in launch.remedy and "jit_compile" not in launch.remedy
+
+
+def test_recorded_estimator_profiler_hook_timelines():
+    """`tf.estimator.ProfilerHook(save_steps=5)` timelines of the TF 2.15 Estimator job (6 of
+    its timeline-<step>.json files, gzipped; docs/trace-signals.md, "TF1 RunMetadata
+    timelines"): each file one traced run, steps 5 apart. The per-example pipeline's wait is
+    named with its cause unknown (tf.data leaves no event there); the batched twin waits 4%."""
+    per_example = analyze(DATA / "tf2.15/profiler_hook_per_example")
+    steps = per_example.ctx.steps
+    assert steps.source == "markers:RunMetadata timeline" and per_example.run.hosts == [
+        "localhost:0"] * 6
+    assert steps.table["step"].tolist() == [20, 25, 30, 35, 40, 45]
+    # Each window is its file's run (ms), not the 5 untraced steps up to the next file.
+    assert (steps.table["dur_ns"] < 20e6).all()
+    found = {f.id: f for f in per_example.findings if f.severity in ("medium", "high")}
+    assert list(found) == ["input_preprocessing"], found
+    f = found["input_preprocessing"]
+    assert f.severity == "high" and f.numbers["pipeline_traced"] is False
+    assert "RunMetadata timeline" in " ".join(f.evidence) and "TF2 profiler" in f.remedy
+    batched = analyze(DATA / "tf2.15/profiler_hook_batched")
+    assert batched.ctx.n_steps == 6
+    assert not [f for f in batched.findings if f.severity in ("medium", "high")]

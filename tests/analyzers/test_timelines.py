@@ -1,0 +1,130 @@
+"""TF1 RunMetadata timelines (`timeline.Timeline(step_stats).generate_chrome_trace_format()`, what
+Estimator's ProfilerHook writes as timeline-<step>.json): one traced Session.run per file, built
+here the way tensorflow/python/client/timeline.py lays them out (docs/trace-signals.md, "TF1
+RunMetadata timelines"). The recorded TF 2.15 ones are in test_recorded_traces.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzers.ingest.logdir import load_run
+from analyzers.report import analyze
+
+JOB = "/job:localhost/replica:0/task:0"
+T0_US = 1_795_535_903_000_000  # unix microseconds, as step_stats record them
+
+
+def _timeline(path: Path, start_us: int, ops: list[tuple[str, str, str, float, float]]) -> None:
+    """ops: (process, node name, op type, start ms from `start_us`, duration ms)."""
+    procs = ["Allocators"] + sorted({p for p, *_ in ops})
+    pids = {p: i for i, p in enumerate(procs)}
+    events = [{"name": "process_name", "ph": "M", "pid": i, "args": {"name": p}}
+              for p, i in pids.items()]
+    # Each Compute process has its Tensors twin (tensor snapshots, no ops).
+    events += [{"name": "process_name", "ph": "M", "pid": 100 + i,
+                "args": {"name": p.replace(" Compute", " Tensors")}}
+               for p, i in pids.items() if p.endswith(" Compute")]
+    lanes: dict[str, list[float]] = {}
+    for proc, node, op, at, dur in ops:
+        ends = lanes.setdefault(proc, [])
+        # The writer's lanes: the first whose last op has ended.
+        lane = next((i for i, e in enumerate(ends) if e < at), len(ends))
+        ends[lane:lane + 1] = [at + dur]
+        events.append({"ph": "X", "cat": "Op", "name": op, "pid": pids[proc], "tid": lane,
+                       "ts": start_us + int(at * 1000), "dur": int(dur * 1000),
+                       "args": {"name": node, "op": op}})
+    # Dataflow arrows between lanes, as show_dataflow=True writes them.
+    events.append({"ph": "s", "cat": "DataFlow", "name": "x", "pid": 1, "tid": 0,
+                   "ts": start_us, "id": 0})
+    events.append({"ph": "t", "cat": "DataFlow", "name": "x", "pid": 1, "tid": 1,
+                   "ts": start_us + 10, "id": 0})
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def _cpu_run(folder: Path, wait_ms: float, steps: int = 6, every: int = 5) -> Path:
+    """A Session.run loop traced every `every` steps: IteratorGetNext waits `wait_ms`, then a
+    forward/backward/update of 4.95 ms; 100 ms of untraced steps between files."""
+    folder.mkdir(parents=True)
+    cpu = f"{JOB}/device:CPU:0 Compute"
+    for i in range(steps):
+        ops = [(cpu, "IteratorGetNext", "IteratorGetNext", 0.0, wait_ms)]
+        t = wait_ms
+        for k, (node, op) in enumerate([("dense/MatMul", "_MklMatMul"),
+                                        ("dense/Relu", "Relu"),
+                                        ("gradients/dense/MatMul_grad/MatMul", "_MklMatMul"),
+                                        ("Adam/update_dense/kernel/ResourceApplyAdam",
+                                         "ResourceApplyAdam")]):
+            ops.append((cpu, node, op, t + k * 1.25, 1.2))
+        # A small op beside them on a second lane.
+        ops.append((cpu, "global_step/add", "AssignAddVariableOp", t, 0.1))
+        _timeline(folder / f"timeline-{10 + every * i}.json", T0_US + i * 100_000, ops)
+    return folder
+
+
+def test_each_timeline_file_is_one_step_of_one_host(tmp_path):
+    report = analyze(_cpu_run(tmp_path / "run", wait_ms=3.0))
+    steps = report.ctx.steps
+    assert steps.source == "markers:RunMetadata timeline"
+    assert steps.table["step"].tolist() == [10, 15, 20, 25, 30, 35]
+    # A window is its file's run (7.95 ms), not the 100 ms to the next file.
+    assert steps.table["dur_ns"].tolist() == [7_950_000] * 6
+    assert report.ctx.hosts == ["localhost:0"] and report.ctx.n_hosts == 1
+    names = set(report.ctx.present("name"))
+    assert {"dense/MatMul:_MklMatMul", "IteratorGetNext"} <= names
+    assert report.ctx.fractions["input_wait"] == pytest.approx(3 / 7.95, abs=0.001)
+    assert report.ctx.fractions["host_compute"] == pytest.approx(4.8 / 7.95, abs=0.001)
+
+
+def test_an_input_wait_without_pipeline_events_is_named_with_its_cause_unknown(tmp_path):
+    found = {f.id: f for f in analyze(_cpu_run(tmp_path / "wait", wait_ms=3.0)).findings}
+    # Nothing in a timeline says storage: no io_stall.
+    assert "io_stall" not in found
+    f = found["input_preprocessing"]
+    assert f.numbers["pipeline_traced"] is False and f.numbers["causes"] == []
+    assert f.speedup == pytest.approx(7.95 / 4.95, rel=0.001) and f.severity == "high"
+    assert "upper bound" in " ".join(f.evidence) and "TF2 profiler" in f.remedy
+    # A prefetched pipeline's get-next under the tracer: 0.5 of 5.45 ms, below what is reported.
+    small = {f.id for f in analyze(_cpu_run(tmp_path / "small", wait_ms=0.5)).findings}
+    assert not small & {"input_preprocessing", "io_stall"}
+
+
+def test_gpu_timelines_read_streams_and_copies_once(tmp_path):
+    """A GPU tracer's kernels sit on `<gpu>/stream:N` and copies on `<gpu>/memcpy`, repeated on
+    `<gpu>/stream:all`; ops placed on the GPU are the host executor's side of them."""
+    gpu = "/device:GPU:0"
+    ops = [(f"{JOB}{gpu} Compute", "dense/MatMul", "MatMul", 0.0, 0.05),
+           (f"{gpu}/memcpy Compute", "edge_3_IteratorGetNext", "MEMCPYHtoD", 0.1, 0.8),
+           (f"{gpu}/stream:7 Compute", "dense/MatMul", "MatMul", 1.0, 2.0)]
+    ops += [(f"{gpu}/stream:all Compute", *op[1:]) for op in ops[1:]]
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    for i in range(3):
+        _timeline(folder / f"timeline-{i}.json", T0_US + i * 50_000, ops)
+    ev = load_run(folder).events
+    device = ev[ev["plane"] == gpu]
+    assert sorted(set(device["line"].astype(str))) == ["memcpy", "stream:7"]
+    assert len(device) == 6  # 2 per file: stream:all's copies left out
+    kinds = dict(zip(device["name"].astype(str), device["kind"].astype(str), strict=False))
+    assert kinds == {"MEMCPYHtoD": "h2d", "MatMul": "device_compute"}
+    host = ev[(ev["plane"] == "/host:CPU") & (ev["name"] == "dense/MatMul:MatMul")]
+    assert len(host) == 3
+
+
+def test_a_timeline_without_ops_is_a_one_line_error(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    _timeline(folder / "timeline-1.json", T0_US, [])
+    (folder / "timeline-1.json").write_text(json.dumps({"traceEvents": [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "Allocators"}},
+        {"name": "process_name", "ph": "M", "pid": 1,
+         "args": {"name": f"{JOB}/device:CPU:0 Compute"}},
+        {"ph": "X", "cat": "Other", "name": "x", "pid": 7, "tid": 0, "ts": T0_US, "dur": 5}]}))
+    out = subprocess.run([sys.executable, "-m", "recadvisor", "analyze", str(folder)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "no op events" in out.stderr and len(out.stderr.strip().splitlines()) == 1
