@@ -40,6 +40,10 @@ _TIMELINE_PID = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\
 _FILE_STEP = re.compile(r"(\d+)(?:\.json(?:\.gz)?)$")
 
 
+class NotATrace(ValueError):
+    """Readable JSON that is not a trace (a config or hyperparameter file beside the traces)."""
+
+
 def load_json(path: Path) -> dict | list:
     raw = Path(path).read_bytes()
     if not raw:
@@ -64,7 +68,7 @@ def read_chrome_trace(path: Path, host: str,
     the file cannot tell is appended to `warnings`."""
     doc = load_json(path)
     if not is_trace_json(doc):
-        raise ValueError(f"{path}: JSON without a traceEvents list: not a Chrome trace")
+        raise NotATrace(f"{path}: JSON without a traceEvents list: not a Chrome trace")
     if isinstance(doc, dict) and "returnedEventsSize" in doc and warnings is not None:
         # TensorBoard's trace viewer fetches this view and asks for each event's details by uid.
         warnings.append(f"{Path(path).name}: xprof's trace-viewer view JSON carries display names "

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import empty_events
-from analyzers.ingest.chrome_trace import read_chrome_trace
+from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
 from analyzers.ingest.xplane import SLOW_DECODER_WARNING, compiled_decoder_built, read_xplane
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
@@ -136,11 +136,21 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             x = read_xplane(f, host)
             parts.append((x.events, x.t0_unix_ns))
         else:
-            parts.append(read_chrome_trace(f, host, warnings))
+            try:
+                parts.append(read_chrome_trace(f, host, warnings))
+            except NotATrace:
+                # A folder of plain *.json traces (TF1 timelines in a model_dir) may hold other
+                # JSON too (hyperparameters, configs): left out when a trace is beside it.
+                if len(files) == 1:
+                    raise
+                warnings.append(f"{f.name}: not a trace (no traceEvents list): left out")
+                continue
         # A TF1 timeline names its host by the job and task in its device names: every
         # timeline-<step>.json of one worker is one host.
         got = parts[-1][0]["host"]
         hosts.append(str(got.iloc[0]) if len(got) else host)
+    if not parts:
+        raise ValueError(f"{run_dir}: none of its JSON files is a trace (no traceEvents list)")
     t0 = min((t for _, t in parts if t), default=0)
     frames = []
     for events, t_host in parts:

@@ -128,3 +128,22 @@ def test_a_timeline_without_ops_is_a_one_line_error(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "no op events" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_other_json_beside_the_timelines_is_left_out_with_a_warning(tmp_path):
+    """A model_dir holds more than timelines: a hyperparameter JSON there is not a trace."""
+    folder = _cpu_run(tmp_path / "model_dir", wait_ms=3.0)
+    (folder / "hparams.json").write_text(json.dumps({"batch_size": 256}))
+    run = load_run(folder)
+    assert any("hparams.json: not a trace" in w for w in run.warnings)
+    assert analyze(folder).ctx.n_steps == 6
+    # Alone, or with only other non-traces, it is the one-line error it always was.
+    only = tmp_path / "only"
+    only.mkdir()
+    for name in ("a.json", "b.json"):
+        (only / name).write_text("{}")
+    for target in (only / "a.json", only):
+        out = subprocess.run([sys.executable, "-m", "recadvisor", "analyze", str(target)],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
