@@ -94,7 +94,7 @@ def read_chrome_trace(path: Path, host: str,
         return build_events(**_no_rows(host)), 0
     timeline = _timeline_devices(proc_names)
     if timeline is not None:
-        return _read_timeline(path, ev, proc_names, timeline)
+        return _read_timeline(path, ev, timeline)
     ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
     dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
     t0_us = ts.min()
@@ -176,57 +176,52 @@ def _timeline_devices(proc_names: dict) -> dict | None:
     return found
 
 
-def _read_timeline(path: Path, ev: pd.DataFrame, proc_names: dict,
-                   devices: dict) -> tuple[pd.DataFrame, int]:
+def _read_timeline(path: Path, ev: pd.DataFrame, devices: dict) -> tuple[pd.DataFrame, int]:
     """A TF1 RunMetadata timeline (docs/trace-signals.md, "TF1 RunMetadata timelines"): one
     Session.run's ops, each `Op` event named by its op type with the node in `args.name`, on
     lanes the writer assigned (not threads), in unix microseconds. Ops placed on a device run on
     the host's executor threads; a GPU tracer's kernels and copies sit on `<gpu>/stream:N` and
     `<gpu>/memcpy`, with `<gpu>/stream:all` repeating them. The file is marked as one step
     (TIMELINE_RUN, numbered by the digits ending its name: ProfilerHook's global step)."""
-    match = [devices.get(pid) for pid in ev["pid"]]
-    keep = np.array([m is not None for m in match])
-    subs = {(m["device"], m["sub"]) for m in match if m is not None}
+    tracer = {pid: m for pid, m in devices.items()
+              if m["sub"] is not None and m["type"].upper() != "CPU"}
     # stream:all repeats the per-stream events: read it only when it is all there is.
-    keep &= np.array([m is None or m["sub"] != "stream:all"
-                      or not any(d == m["device"] and s not in (None, "stream:all")
-                                 for d, s in subs) for m in match])
-    ev = ev[keep].reset_index(drop=True)
-    match = [m for m, k in zip(match, keep, strict=True) if k]
+    split = {m["device"] for m in tracer.values() if m["sub"] != "stream:all"}
+    kept = [pid for pid, m in devices.items()
+            if not (pid in tracer and m["sub"] == "stream:all" and m["device"] in split)]
+    ev = ev[ev["pid"].isin(kept)].reset_index(drop=True)
     if ev.empty:
         raise ValueError(f"{path}: a TF1 timeline with no op events")
-    first = match[0]
+    first = devices[ev["pid"].iloc[0]]
     host = f"{first['job']}:{first['task']}" if first["job"] else "host"
-    args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
+    pid = ev["pid"]
+    on_device = pid.isin(list(tracer)).to_numpy()
+    planes = pid.map({p: m["device"] if p in tracer else "/host:CPU"
+                      for p, m in devices.items()}).to_numpy(dtype=object)
+    lines = pid.map({p: m["sub"] if p in tracer else f"{m['device']} ops"
+                     for p, m in devices.items()}).to_numpy(dtype=object)
+    # Host ops as the profiler names them (`scope/op:Type`); a device event by its op or copy
+    # type, which is what names kernels' and copies' kinds.
+    op = ev["name"].fillna("").astype(str)
+    node = ev["args"].map(lambda a: a.get("name") if isinstance(a, dict) else None)
+    own = ~on_device & node.notna().to_numpy() & (node != op).to_numpy()
+    names = np.where(own, node.astype(str) + ":" + op, op).astype(object)
     ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(np.float64)
     dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(np.float64)
-    planes, lines, names = [], [], []
-    for m, name, a in zip(match, ev["name"].astype(str), args, strict=True):
-        on_device = m["sub"] is not None and m["type"].upper() != "CPU"
-        planes.append(m["device"] if on_device else "/host:CPU")
-        lines.append(m["sub"] if on_device else f"{m['device']} ops")
-        # Host ops as the profiler names them (`scope/op:Type`); a device event by its op or
-        # copy type, which is what names kernels' and copies' kinds.
-        node = a.get("name")
-        names.append(name if on_device or not node or node == name else f"{node}:{name}")
-    line_ids = (ev["pid"].astype(np.int64).to_numpy() << 16) + pd.to_numeric(
+    line_ids = (pid.astype(np.int64).to_numpy() << 16) + pd.to_numeric(
         ev["tid"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
     start, end = ts.min(), (ts + dur).max()
+    # One more row: the run itself, on a line of its own.
+    uniq, codes = np.unique(np.append(names, TIMELINE_RUN), return_inverse=True)
     number = _FILE_STEP.search(Path(path).name)
-    planes.append("/host:CPU")
-    lines.append("Session.run")
-    names.append(TIMELINE_RUN)
-    line_ids = np.append(line_ids, -1)
-    uniq, codes = np.unique(np.array(names, dtype=object), return_inverse=True)
-    n = len(names)
-    step = np.full(n, -1, dtype=np.int64)
+    step = np.full(len(codes), -1, dtype=np.int64)
     # Without a number in the name, the run's start (µs) tells files apart.
     step[-1] = int(number.group(1)) if number else int(start)
-    root = np.full(n, -1, dtype=np.int64)
+    root = np.full(len(codes), -1, dtype=np.int64)
     root[-1] = 1
     events = build_events(
-        host=host, plane=np.array(planes, dtype=object), line=np.array(lines, dtype=object),
-        line_id=line_ids, name_codes=codes, names=list(uniq),
+        host=host, plane=np.append(planes, "/host:CPU"), line=np.append(lines, "Session.run"),
+        line_id=np.append(line_ids, -1), name_codes=codes, names=list(uniq),
         start_ns=np.round(np.append(ts - start, 0.0) * 1000).astype(np.int64),
         dur_ns=np.round(np.append(dur, end - start) * 1000).astype(np.int64),
         stats={"step_num": step, "root": root})
