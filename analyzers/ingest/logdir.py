@@ -55,8 +55,10 @@ def _trace_files(folder: Path) -> list[Path]:
 
 
 # Trace names that make a folder a run folder (`*.pt.trace.json` included): plain `*.json` is
-# left out, as tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too.
-WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz")
+# left out, as tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too,
+# except the TF1 timelines Estimator's ProfilerHook names `timeline-<global step>.json`.
+WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", "timeline-*.json",
+                 "timeline-*.json.gz")
 SKIPPED_FOLDERS = ("site-packages", "node_modules")
 
 

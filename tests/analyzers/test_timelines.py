@@ -147,3 +147,15 @@ def test_other_json_beside_the_timelines_is_left_out_with_a_warning(tmp_path):
                              capture_output=True, text=True)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_tree_of_jobs_lists_its_timeline_folders(tmp_path):
+    """ProfilerHook's `timeline-<step>.json` make a folder a run when a tree is walked (the
+    dashboard's root, `recadvisor analyze` on a parent folder); other plain JSON does not."""
+    from analyzers.ingest.logdir import find_runs, walk_runs
+
+    _cpu_run(tmp_path / "jobs" / "est" / "model_dir", wait_ms=3.0)
+    (tmp_path / "jobs" / "tune").mkdir()
+    (tmp_path / "jobs" / "tune" / "summary.json").write_text("{}")
+    assert walk_runs(tmp_path / "jobs") == [tmp_path / "jobs" / "est" / "model_dir"]
+    assert find_runs(tmp_path / "jobs") == [tmp_path / "jobs" / "est" / "model_dir"]
