@@ -136,7 +136,7 @@ def detect(ctx: Context) -> Finding | None:
         return None
     if reshaping:
         # As io_stall: k times the readers, batches k times faster, bounded by compute.
-        saved = 1 - max(1 - exposed, 1 / LOW_PARALLELISM_FIX)
+        saved = hidden = 1 - max(1 - exposed, 1 / LOW_PARALLELISM_FIX)
         step_fraction = exposed
         estimate = ""
         if not ctx.has_accelerator:
@@ -152,7 +152,7 @@ def detect(ctx: Context) -> Finding | None:
             estimate = (f"estimate: more parallelism hides the wait, but on a host without an "
                         f"accelerator the map functions' {pipe.input_op_ms_per_step:.2f} ms of CPU "
                         f"work per step then runs beside the model's ops on the same {n_cpus} "
-                        f"CPU(s){unknown}: {saved:.1%} of the step saved, not {exposed:.1%}")
+                        f"CPU(s){unknown}: {saved:.1%} of the step saved, not {hidden:.1%}")
     else:
         # The fix takes the producers' work away: a step becomes the model's compute alone, at
         # the speed it has with the cores to itself. The profiler's per-element cost sits in the
@@ -230,7 +230,8 @@ def _unseen(ctx: Context, wait: float) -> Finding | None:
     """The training thread waits on its input, but no event of the pipeline is in the trace (a
     TF1 RunMetadata timeline holds the graph's own ops only): the wait is measured, its cause is
     not, and removing it entirely is the bound on what a fix gains."""
-    if wait < MIN_UNSEEN_WAIT:
+    # Readers seen waiting in D state explain the wait: dstate_threads' estimate counts it.
+    if wait < MIN_UNSEEN_WAIT or claims(dstate_threads, ctx):
         return None
     step_ms = ctx.steps.median_step_ns() / 1e6
     timeline = ctx.steps.source == f"markers:{TIMELINE_RUN}"

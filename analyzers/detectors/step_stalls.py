@@ -18,8 +18,8 @@ iterator's warm-up and the first call's compilation land there). What the stall 
 4. otherwise the same events ran longer: the trace cannot say why, so the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x. A
-single stall whose work no event names (causes 2 and 3) is shown `low` too: one OS hiccup
-leaves the same thing.
+single stall whose work no event names (cause 2) is shown `low` too: one OS hiccup leaves the
+same thing.
 
 What-if: every stalled step as long as the median step. When the stalls come every p steps
 through the whole window (at least 3 of them, p >= 2, at most one missing at either end), per
@@ -66,7 +66,7 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("graph_building", re.compile(rf"^{re.escape(GRAPH_BUILDING)}$")),
     ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
 )
-_NAMED = frozenset(cause for cause, _ in _CAUSES)
+_UNNAMED = frozenset({"input_wait", IDLE})
 # Growth of this share of the excess explains a stall.
 MIN_CAUSE_SHARE = 0.3
 # Events are new work when typical steps hold fewer than this share of their stalled-step
@@ -182,10 +182,10 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "
                         f"median {meta['p50']:.1f} ms")
     owner = _owner(ctx, cause)
-    # One stall whose cause no event names (untraced time, an input wait, work of that step
-    # alone) is what one OS hiccup leaves too (a CI run's `session_batched`: a step of 1.5 ms
-    # stretched to several): shown, not ranked on one sample.
-    lone = k == 1 and cause not in _NAMED and not owner
+    # One stall whose work no event names (untraced time, an input wait) is what one OS hiccup
+    # leaves too (a CI run's `session_batched`: a step of 1.5 ms stretched to several): shown,
+    # not ranked on one sample. New events (extra_work) are work a hiccup does not make.
+    lone = k == 1 and cause in _UNNAMED and not owner
     if lone:
         evidence.append(f"one stall in {n} steps, and no event names its work: a recurring cost "
                         "and a one-off hiccup look the same in one sample; profile a longer "

@@ -33,10 +33,14 @@ _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_
 _PLANE = re.compile(r"(?:^|\s)(/(?:host|device):\S+)$")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 # A TF1 timeline names one process per device and role: `<device> Compute` (its ops, or a GPU
-# tracer's streams and copies), `<device> Tensors`, and `Allocators`.
+# tracer's streams, copies and syncs), `<device> Tensors`, and `Allocators`. TF 2.x GPU step
+# stats name kernel streams `stream:N`, copy streams `stream:N<MemcpyH2D>`, events of no known
+# kind `stream:`, and the host's stream syncs `sync` (docs/trace-signals.md, "TF1 RunMetadata
+# timelines").
 _TIMELINE_PID = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\d+))?"
                            r"(?P<device>/device:(?P<type>[A-Za-z_]+):(?P<index>\d+))"
-                           r"(?:/(?P<sub>stream:\w+|memcpy))? (?:Compute|Tensors)$")
+                           r"(?:/(?P<sub>stream:(?P<stream>\d*)(?:<(?P<copy>\w+)>)?|stream:all|"
+                           r"memcpy|sync))? (?:Compute|Tensors)$")
 _FILE_STEP = re.compile(r"(\d+)(?:\.json(?:\.gz)?)$")
 
 
@@ -180,36 +184,42 @@ def _read_timeline(path: Path, ev: pd.DataFrame, devices: dict) -> tuple[pd.Data
     """A TF1 RunMetadata timeline (docs/trace-signals.md, "TF1 RunMetadata timelines"): one
     Session.run's ops, each `Op` event named by its op type with the node in `args.name`, on
     lanes the writer assigned (not threads), in unix microseconds. Ops placed on a device run on
-    the host's executor threads; a GPU tracer's kernels and copies sit on `<gpu>/stream:N` and
-    `<gpu>/memcpy`, with `<gpu>/stream:all` repeating them. The file is marked as one step
-    (TIMELINE_RUN, numbered by the digits ending its name: ProfilerHook's global step)."""
+    the host's executor threads; a GPU tracer's kernels and copies sit on `<gpu>/stream:N`
+    (copies on `stream:N<MemcpyH2D>` in TF 2.x), repeated on `<gpu>/stream:all` (kernels) and
+    `<gpu>/memcpy` (copies); `<gpu>/sync` holds the host's stream syncs. The file is marked as one
+    step (TIMELINE_RUN, numbered by the digits ending its name: ProfilerHook's global step)."""
     tracer = {pid: m for pid, m in devices.items()
-              if m["sub"] is not None and m["type"].upper() != "CPU"}
-    # stream:all repeats the per-stream events: read it only when it is all there is.
-    split = {m["device"] for m in tracer.values() if m["sub"] != "stream:all"}
+              if m["sub"] not in (None, "sync") and m["type"].upper() != "CPU"}
+    # stream:all and memcpy repeat the per-stream events: read them only when there are none.
+    split = {m["device"] for m in tracer.values() if m["stream"]}
     kept = [pid for pid, m in devices.items()
-            if not (pid in tracer and m["sub"] == "stream:all" and m["device"] in split)]
+            if not (pid in tracer and m["sub"] in ("stream:all", "memcpy")
+                    and m["device"] in split)]
     ev = ev[ev["pid"].isin(kept)].reset_index(drop=True)
     if ev.empty:
         raise ValueError(f"{path}: a TF1 timeline with no op events")
-    first = devices[ev["pid"].iloc[0]]
-    host = f"{first['job']}:{first['task']}" if first["job"] else "host"
+    # The job and task of any device (a GPU stream's process names none).
+    named = next((m for m in devices.values() if m["job"]), None)
+    host = f"{named['job']}:{named['task']}" if named else "host"
     pid = ev["pid"]
     on_device = pid.isin(list(tracer)).to_numpy()
     planes = pid.map({p: m["device"] if p in tracer else "/host:CPU"
                       for p, m in devices.items()}).to_numpy(dtype=object)
-    lines = pid.map({p: m["sub"] if p in tracer else f"{m['device']} ops"
+    lines = pid.map({p: m["sub"] if p in tracer else f"{m['device']} {m['sub'] or 'ops'}"
                      for p, m in devices.items()}).to_numpy(dtype=object)
     # Host ops as the profiler names them (`scope/op:Type`); a device event by its op or copy
-    # type, which is what names kernels' and copies' kinds.
+    # type, which is what names kernels' and copies' kinds: a TF 2.x copy stream names the
+    # direction its events' own names (the issuing op) do not.
     op = ev["name"].fillna("").astype(str)
+    copy = pid.map({p: m["copy"] for p, m in devices.items()})
+    op = op.where(copy.isna(), copy.astype(object)).astype(str)
     node = ev["args"].map(lambda a: a.get("name") if isinstance(a, dict) else None)
     own = ~on_device & node.notna().to_numpy() & (node != op).to_numpy()
     names = np.where(own, node.astype(str) + ":" + op, op).astype(object)
     ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(np.float64)
     dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(np.float64)
-    line_ids = (pid.astype(np.int64).to_numpy() << 16) + pd.to_numeric(
-        ev["tid"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    # Lanes of one process are its rows: ids by (process, lane), whatever their types.
+    line_ids = pd.factorize(pid.astype(str) + "\x00" + ev["tid"].astype(str))[0].astype(np.int64)
     start, end = ts.min(), (ts + dur).max()
     # One more row: the run itself, on a line of its own.
     uniq, codes = np.unique(np.append(names, TIMELINE_RUN), return_inverse=True)

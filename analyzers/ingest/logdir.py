@@ -57,8 +57,8 @@ def _trace_files(folder: Path) -> list[Path]:
 # Trace names that make a folder a run folder (`*.pt.trace.json` included): plain `*.json` is
 # left out, as tuning outputs and metadata (summary.json, recadvisor_run.json) are JSON too,
 # except the TF1 timelines Estimator's ProfilerHook names `timeline-<global step>.json`.
-WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", "timeline-*.json",
-                 "timeline-*.json.gz")
+TIMELINE_PATTERNS = ("timeline-*.json", "timeline-*.json.gz")
+WALK_PATTERNS = (f"*{XPLANE_SUFFIX}", "*.trace.json", "*.trace.json.gz", *TIMELINE_PATTERNS)
 SKIPPED_FOLDERS = ("site-packages", "node_modules")
 
 
@@ -69,10 +69,14 @@ def find_runs(path: Path) -> list[Path]:
         raise FileNotFoundError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    if any(next(path.glob(pattern), None) for pattern in WALK_PATTERNS):
+    if any(next(path.glob(pattern), None) for pattern in WALK_PATTERNS
+           if pattern not in TIMELINE_PATTERNS):
         return [path]
     root = path / "plugins" / "profile"
     runs = [p for p in root.iterdir() if p.is_dir() and _trace_files(p)] if root.is_dir() else []
+    # A model_dir with profiler runs and ProfilerHook timelines: the runs, as TensorBoard shows.
+    if not runs and any(next(path.glob(pattern), None) for pattern in TIMELINE_PATTERNS):
+        return [path]
     # A folder of logdirs, or a nonstandard layout: look deeper.
     runs = sorted(runs, key=lambda p: (p.name, str(p))) or walk_runs(path)
     if runs:

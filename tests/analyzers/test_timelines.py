@@ -93,26 +93,41 @@ def test_an_input_wait_without_pipeline_events_is_named_with_its_cause_unknown(t
     assert not small & {"input_preprocessing", "io_stall"}
 
 
-def test_gpu_timelines_read_streams_and_copies_once(tmp_path):
-    """A GPU tracer's kernels sit on `<gpu>/stream:N` and copies on `<gpu>/memcpy`, repeated on
-    `<gpu>/stream:all`; ops placed on the GPU are the host executor's side of them."""
+@pytest.mark.parametrize("layout", ["tf1", "tf2"])
+def test_gpu_timelines_read_streams_and_copies_once(tmp_path, layout):
+    """A GPU tracer's kernels and copies sit on per-stream processes, and are repeated on
+    `<gpu>/stream:all` (kernels) and `<gpu>/memcpy` (copies). TF1's tracer puts copies on the
+    kernel streams, named by copy type; TF 2.x's step stats give them streams of their own,
+    `stream:N<MemcpyH2D>`, naming each event by the op that issued it, and add `<gpu>/sync` for
+    the host's stream syncs. Ops placed on the GPU are the host executor's side of them."""
     gpu = "/device:GPU:0"
+    copy = ((f"{gpu}/stream:7 Compute", "edge_3_IteratorGetNext", "MEMCPYHtoD") if layout == "tf1"
+            else (f"{gpu}/stream:9<MemcpyH2D> Compute", "IteratorGetNext", "IteratorGetNext"))
     ops = [(f"{JOB}{gpu} Compute", "dense/MatMul", "MatMul", 0.0, 0.05),
-           (f"{gpu}/memcpy Compute", "edge_3_IteratorGetNext", "MEMCPYHtoD", 0.1, 0.8),
-           (f"{gpu}/stream:7 Compute", "dense/MatMul", "MatMul", 1.0, 2.0)]
-    ops += [(f"{gpu}/stream:all Compute", *op[1:]) for op in ops[1:]]
-    folder = tmp_path / "gpu"
+           (*copy, 0.1, 0.8),
+           (f"{gpu}/stream:7 Compute", "dense/MatMul", "MatMul", 1.0, 2.0),
+           (f"{gpu}/memcpy Compute", *copy[1:], 0.1, 0.8),
+           (f"{gpu}/stream:all Compute", "dense/MatMul", "MatMul", 1.0, 2.0)]
+    if layout == "tf2":
+        ops.append((f"{gpu}/sync Compute", "cuStreamSynchronize", "cuStreamSynchronize",
+                    3.0, 0.2))
+    folder = tmp_path / layout
     folder.mkdir()
     for i in range(3):
         _timeline(folder / f"timeline-{i}.json", T0_US + i * 50_000, ops)
-    ev = load_run(folder).events
+    run = load_run(folder)
+    ev = run.events
     device = ev[ev["plane"] == gpu]
-    assert sorted(set(device["line"].astype(str))) == ["memcpy", "stream:7"]
-    assert len(device) == 6  # 2 per file: stream:all's copies left out
-    kinds = dict(zip(device["name"].astype(str), device["kind"].astype(str), strict=False))
-    assert kinds == {"MEMCPYHtoD": "h2d", "MatMul": "device_compute"}
-    host = ev[(ev["plane"] == "/host:CPU") & (ev["name"] == "dense/MatMul:MatMul")]
-    assert len(host) == 3
+    assert len(device) == 6  # a copy and a kernel per file: the repeats left out
+    assert sorted(device["kind"].astype(str)) == ["device_compute"] * 3 + ["h2d"] * 3
+    assert sorted(device["dur_ns"].tolist()) == [800_000] * 3 + [2_000_000] * 3
+    host = ev[ev["plane"] == "/host:CPU"]
+    assert (host["name"] == "dense/MatMul:MatMul").sum() == 3
+    if layout == "tf2":
+        sync = host[host["name"] == "cuStreamSynchronize"]
+        assert len(sync) == 3 and set(sync["kind"].astype(str)) == {"sync"}
+    # Every file is the one host its job and task name, whichever process comes first.
+    assert run.hosts == ["localhost:0"] * 3
 
 
 def test_a_timeline_without_ops_is_a_one_line_error(tmp_path):
@@ -159,3 +174,17 @@ def test_a_tree_of_jobs_lists_its_timeline_folders(tmp_path):
     (tmp_path / "jobs" / "tune" / "summary.json").write_text("{}")
     assert walk_runs(tmp_path / "jobs") == [tmp_path / "jobs" / "est" / "model_dir"]
     assert find_runs(tmp_path / "jobs") == [tmp_path / "jobs" / "est" / "model_dir"]
+
+
+def test_profiler_runs_beside_timelines_are_the_runs(tmp_path):
+    """A model_dir with ProfilerHook timelines and a TF2 profiler run under plugins/profile:
+    `analyze` opens the profiler's runs, as TensorBoard lists them; without them, the
+    timelines."""
+    from analyzers.ingest.logdir import find_runs
+
+    folder = _cpu_run(tmp_path / "model_dir", wait_ms=3.0)
+    assert find_runs(folder) == [folder]
+    run = folder / "plugins" / "profile" / "2026_11_24_10_00_00"
+    run.mkdir(parents=True)
+    (run / "vm.xplane.pb").write_bytes(b"")
+    assert find_runs(folder) == [run]
