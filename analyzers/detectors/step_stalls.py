@@ -261,7 +261,7 @@ def _cause(named: dict[str, float], by_category: str, excess: float) -> str | No
     for cause, _ in _CAUSES:
         if named.get(cause, 0.0) >= enough:
             return cause
-    if by_category in ("input_wait", IDLE):
+    if by_category in _UNNAMED:
         return by_category
     return "extra_work" if named.get("extra_work", 0.0) >= enough else None
 

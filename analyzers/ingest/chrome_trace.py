@@ -99,8 +99,7 @@ def read_chrome_trace(path: Path, host: str,
     timeline = _timeline_devices(proc_names)
     if timeline is not None:
         return _read_timeline(path, ev, timeline)
-    ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
-    dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
+    ts, dur = _times_us(ev)
     t0_us = ts.min()
     args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
     cats = ev["cat"].astype(object).where(ev["cat"].notna(), "").astype(str)
@@ -171,6 +170,12 @@ def read_chrome_trace(path: Path, host: str,
     return events, t0_ns
 
 
+def _times_us(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Start and duration of each complete event, in microseconds (0 where unreadable)."""
+    return tuple(pd.to_numeric(ev[c], errors="coerce").fillna(0).to_numpy(np.float64)
+                 for c in ("ts", "dur"))
+
+
 def _timeline_devices(proc_names: dict) -> dict | None:
     """pid → its device match, when every named process is a TF1 timeline's; else None."""
     found = {pid: m for pid, name in proc_names.items() if (m := _TIMELINE_PID.match(name))}
@@ -216,8 +221,7 @@ def _read_timeline(path: Path, ev: pd.DataFrame, devices: dict) -> tuple[pd.Data
     node = ev["args"].map(lambda a: a.get("name") if isinstance(a, dict) else None)
     own = ~on_device & node.notna().to_numpy() & (node != op).to_numpy()
     names = np.where(own, node.astype(str) + ":" + op, op).astype(object)
-    ts = pd.to_numeric(ev["ts"], errors="coerce").fillna(0).to_numpy(np.float64)
-    dur = pd.to_numeric(ev["dur"], errors="coerce").fillna(0).to_numpy(np.float64)
+    ts, dur = _times_us(ev)
     # Lanes of one process are its rows: ids by (process, lane), whatever their types.
     line_ids = pd.factorize(pid.astype(str) + "\x00" + ev["tid"].astype(str))[0].astype(np.int64)
     start, end = ts.min(), (ts + dur).max()

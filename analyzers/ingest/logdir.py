@@ -69,13 +69,12 @@ def find_runs(path: Path) -> list[Path]:
         raise FileNotFoundError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    if any(next(path.glob(pattern), None) for pattern in WALK_PATTERNS
-           if pattern not in TIMELINE_PATTERNS):
+    if _holds(path, [p for p in WALK_PATTERNS if p not in TIMELINE_PATTERNS]):
         return [path]
     root = path / "plugins" / "profile"
     runs = [p for p in root.iterdir() if p.is_dir() and _trace_files(p)] if root.is_dir() else []
     # A model_dir with profiler runs and ProfilerHook timelines: the runs, as TensorBoard shows.
-    if not runs and any(next(path.glob(pattern), None) for pattern in TIMELINE_PATTERNS):
+    if not runs and _holds(path, TIMELINE_PATTERNS):
         return [path]
     # A folder of logdirs, or a nonstandard layout: look deeper.
     runs = sorted(runs, key=lambda p: (p.name, str(p))) or walk_runs(path)
@@ -86,6 +85,10 @@ def find_runs(path: Path) -> list[Path]:
     if _trace_files(path):
         return [path]
     raise ValueError(f"{path}: no profile runs (no *.xplane.pb or trace JSON) found")
+
+
+def _holds(folder: Path, patterns) -> bool:
+    return any(next(folder.glob(pattern), None) for pattern in patterns)
 
 
 def walk_runs(root: Path) -> list[Path]:

@@ -133,7 +133,6 @@ def test_gpu_timelines_read_streams_and_copies_once(tmp_path, layout):
 def test_a_timeline_without_ops_is_a_one_line_error(tmp_path):
     folder = tmp_path / "empty"
     folder.mkdir()
-    _timeline(folder / "timeline-1.json", T0_US, [])
     (folder / "timeline-1.json").write_text(json.dumps({"traceEvents": [
         {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "Allocators"}},
         {"name": "process_name", "ph": "M", "pid": 1,
