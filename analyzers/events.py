@@ -121,6 +121,12 @@ _FRAMEWORK = re.compile(
     r"InstantiatedCapturedFunction::\w+|tf\.function-graph_building|MemoryAllocation|"
     r"MemoryDeallocation|ExecutorPropagateOutputs|RemoteCallOp(Done)?|RemoteCall: Instantiate: .*)$"
 )
+# Backward-pass and optimizer-update ops, by name (`scope/op:Type`): TF2 GradientTape scopes, TF1
+# `gradients/`, *Grad kernels, Apply* updates. Time that holds one trains; a function or marker
+# whose calls run ops but none of these evaluates or predicts (docs/trace-signals.md, "Epochs and
+# validation").
+TRAINING_OP = re.compile(r"(?:^|/)(?:gradient_tape|gradients(?:_\d+)?)/|:\w*Grad$|"
+                         r":(?:Resource)?(?:Sparse)?Apply[A-Z]\w*$")
 # Tracing a tf.function's Python body; conversions inside it are symbolic (graph construction).
 GRAPH_BUILDING = "tf.function-graph_building"
 _H2D = re.compile(r"(?i)^(MemcpyH2D|Memcpy HtoD.*|MemcpyHtoD.*|HostToDevice.*|EagerCopyToDevice)$")

@@ -33,6 +33,7 @@ from analyzers.events import (
     SESSION_RUN,
     STEPS_LINE,
     TIMELINE_RUN,
+    TRAINING_OP,
     EndTimes,
     cat_map,
     cat_mask,
@@ -97,6 +98,11 @@ class Steps:
     # Window-edge steps left out of the table (_trim_edges): step, start_ns, end_ns, dur_ns,
     # x_median (their length over the median step), warmup (tracing or compilation in them).
     left_out: list[dict] = field(default_factory=list)
+    # Rows of the table whose step holds an epoch's end (the next one is another epoch's: what
+    # runs between epochs, evaluation and a new iterator, is in it), and the steps of an epoch
+    # when the markers say (_by_epoch, _epoch_rows).
+    epoch_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    epoch_rows: int | None = None
 
     @property
     def found(self) -> bool:
@@ -160,15 +166,21 @@ def find_step_windows(events: pd.DataFrame
         per_name = marked.groupby("family").agg(
             steps=("step_num", "nunique"), total=("dur_ns", "sum")
         )
+        if len(per_name) > 1:
+            # Keras 2 marks validation batches (`test`) as it marks training ones (`train`).
+            trains = _training(events, [marked[marked["family"] == f] for f in per_name.index])
+            if trains.any():
+                per_name = per_name[trains]
         best = per_name.sort_values(["steps", "total"], ascending=False).index[0]
         m = marked[marked["family"] == best]
-        w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-        w = w.reset_index().rename(columns={"step_num": "step"})
-        if len(w) >= 1:
+        if best == TIMELINE_RUN:
             # A timeline's runs are samples, steps apart: each is its own window.
-            w = (w.sort_values("start_ns", ignore_index=True) if best == TIMELINE_RUN
-                 else _chain(w))
-            return w, f"markers:{best}", _main_thread(m)
+            w = m.groupby("step_num").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+            w = w.reset_index().rename(columns={"step_num": "step"})
+            return w.sort_values("start_ns", ignore_index=True), f"markers:{best}", _main_thread(m)
+        w = _by_epoch(m)
+        if len(w) >= 1:
+            return _chain(w), f"markers:{best}", _main_thread(m)
     device_steps = _device_steps(events)
     if device_steps is not None:
         return device_steps
@@ -178,6 +190,12 @@ def find_step_windows(events: pd.DataFrame
         per_name = calls.groupby("name", observed=True).agg(n=("dur_ns", "size"),
                                                              total=("dur_ns", "sum"))
         per_name = per_name[per_name["n"] >= 2]
+        if len(per_name) > 1:
+            # Keras 3 names its evaluation function as it names its training one
+            # (multi_step_on_iterator): the validation batches outnumber the training ones.
+            trains = _training(events, [calls[calls["name"] == f] for f in per_name.index])
+            if trains.any():
+                per_name = per_name[trains]
         if len(per_name):
             best = per_name.sort_values("total", ascending=False).index[0]
             c = calls[calls["name"] == best].sort_values("start_ns")
@@ -201,6 +219,38 @@ def find_step_windows(events: pd.DataFrame
             return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, thread)
     return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
             (None, None))
+
+
+def _training(events: pd.DataFrame, spans: list[pd.DataFrame]) -> np.ndarray:
+    """Per set of spans (events: start_ns, dur_ns), whether a backward-pass or optimizer op
+    (TRAINING_OP) starts inside one of them: which of several step markers or step functions
+    trains. The step's thread waits in its call while executor threads run the ops."""
+    at = events["start_ns"].to_numpy(np.int64)[cat_mask(events["name"], TRAINING_OP.search)]
+    return np.array([bool(inside(at, sp["start_ns"].to_numpy(np.int64),
+                                 sp["start_ns"].to_numpy(np.int64) + sp["dur_ns"].to_numpy(
+                                     np.int64)).any()) for sp in spans], dtype=bool)
+
+
+def _by_epoch(m: pd.DataFrame) -> pd.DataFrame:
+    """Step windows (step, start_ns, end_ns, epoch) of one marker family. A thread's step
+    numbers that start over begin a new epoch (Keras numbers its batches from 0 in each epoch;
+    Keras 2 also writes `epoch_num`): the same number in two epochs is two steps, and `step`
+    counts on through the window from the first epoch's numbers (11, then 0 -> 12), as Keras's
+    global batch count does."""
+    m = m.sort_values("start_ns", kind="stable")
+    keys = [m["plane"], m["line_id"]]
+    restart = m.groupby(keys, observed=True, sort=False)["step_num"].diff().lt(0)
+    m = m.assign(epoch=restart.groupby(keys, observed=True, sort=False).cumsum().astype(np.int64))
+    w = m.groupby(["epoch", "step_num"]).agg(start_ns=("start_ns", "min"),
+                                             end_ns=("end_ns", "max")).reset_index()
+    if w["epoch"].iat[-1] > 0:
+        num = w["step_num"].to_numpy(np.int64)
+        gaps = np.diff(num)[np.diff(w["epoch"].to_numpy()) == 0]
+        gap = int(np.median(gaps)) if len(gaps) else 1
+        last = w.groupby("epoch")["step_num"].max().to_numpy(np.int64)
+        offset = np.concatenate(([0], np.cumsum(last[:-1] + gap)))
+        w["step_num"] = num + offset[w["epoch"].to_numpy()]
+    return w.rename(columns={"step_num": "step"})[["step", "start_ns", "end_ns", "epoch"]]
 
 
 def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
@@ -545,7 +595,10 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     cols = ["step", "start_ns", "end_ns", "dur_ns", *ALL_CATEGORIES]
     if windows.empty:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
+    epoch_rows = _epoch_rows(windows)
     windows, left_out = _trim_edges(events, windows)
+    epoch_ends = (np.flatnonzero(np.diff(windows["epoch"].to_numpy()) > 0)
+                  if "epoch" in windows else np.zeros(0, np.intp))
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
     out = windows.copy()
@@ -556,7 +609,23 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         out[cat] = c - prev
         prev = c
     out[IDLE] = out["dur_ns"] - prev
-    return Steps(out[cols].astype(np.int64), source, line, thread, left_out)
+    return Steps(out[cols].astype(np.int64), source, line, thread, left_out, epoch_ends,
+                 epoch_rows)
+
+
+def _epoch_rows(windows: pd.DataFrame) -> int | None:
+    """Steps per epoch, when the window shows an epoch's end: a whole epoch's count, or, from
+    the first epoch's last step number (Keras numbers from 0), that number over the numbers'
+    stride (steps_per_execution) plus one."""
+    if "epoch" not in windows or windows["epoch"].iat[-1] == 0:
+        return None
+    epoch = windows["epoch"].to_numpy()
+    per_epoch = np.bincount(epoch)
+    if len(per_epoch) > 2:
+        return int(np.median(per_epoch[1:-1]))
+    step = windows["step"].to_numpy(np.int64)
+    gaps = np.diff(step)[np.diff(epoch) == 0]
+    return int(step[epoch == 0].max() // max(int(np.median(gaps)) if len(gaps) else 1, 1) + 1)
 
 
 def _trim_edges(events: pd.DataFrame, windows: pd.DataFrame

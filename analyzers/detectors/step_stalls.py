@@ -9,8 +9,12 @@ Signals (docs/trace-signals.md, "Uneven steps"): the per-step breakdown. A step 
 lasts STALL_RATIO times the median step. The window's first and last steps at that length are
 already left out of the steps (steps.EDGE_OUTLIER: the profiler's start and stop, a new
 iterator's warm-up and the first call's compilation land there). What the stall is, in order:
-1. events whose names say what they are (checkpoint, summary, graph-building, evaluation ops)
-   grew in the stalled steps against as many typical steps;
+1. events that say what they are grew in the stalled steps against as many typical steps:
+   checkpoint, summary, graph-building and evaluation ops by name, calls of a tf.function with
+   no backward pass (evaluation: Keras 3 names its test function like its train function), a
+   new input iterator made from Python and the old one's teardown (an epoch's end, counted only
+   when the stalls sit there; docs/trace-signals.md, "Epochs and validation"); the one that
+   adds most is the cause, others of MIN_ALSO_SHARE are listed with their remedies;
 2. the breakdown's input wait grew (the pipeline ran dry: with the files readers opened then),
    or time no event covers grew (garbage collection and other Python work are not traced; with
    sampler data the main thread's states tell CPU work from a wait or file I/O);
@@ -25,7 +29,9 @@ What-if: every stalled step as long as the median step. When the stalls come eve
 through the whole window (at least 3 of them, p >= 2, at most one missing at either end), per
 cycle:
 e / (p x median + e), e the mean excess of a stall, which does not depend on where the window
-cuts the cycle; otherwise the window's share: all the excess / the window's step time.
+cuts the cycle. Stalls at epochs' ends (or in the step after one) come once an epoch: the same
+with p the epoch's steps and e the excess per epoch's end. Otherwise the window's share: all
+the excess / the window's step time.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import re
 from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
 from analyzers.detectors import (
@@ -44,11 +51,11 @@ from analyzers.detectors import (
     io_stall,
     run_detector,
 )
-from analyzers.events import GRAPH_BUILDING
+from analyzers.events import GRAPH_BUILDING, TRAINING_OP, cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
-from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns, marker_family
+from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns, inside, marker_family
 
 ID = "step_stalls"
 # A step this many times the median is a stall: steady windows keep their interior steps within
@@ -65,10 +72,23 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("summary", re.compile(r"(?i)(Summary|FlushSummaryWriter|CreateSummaryFileWriter)")),
     ("graph_building", re.compile(rf"^{re.escape(GRAPH_BUILDING)}$")),
     ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
+    # A new input iterator made from Python: the data started over (an epoch). Its
+    # predecessor's teardown is counted with it (_TEARDOWN).
+    ("new_iterator", re.compile(r"^EagerLocalExecute: (MakeIterator|AnonymousIterator\w*)$")),
 )
+# An iterator stops its threads and frees its buffers when its last handle goes: in eager mode a
+# TFE_DeleteTensorHandle on the Python thread (62.6 ms at a Keras 3 epoch's end, where typical
+# steps' take microseconds; docs/trace-signals.md, "Epochs and validation").
+_TEARDOWN = re.compile(r"^(TFE_DeleteTensorHandle|EagerLocalExecute: DeleteIterator)$")
+# A tf.function's call: one that runs ops but no backward pass or update (TRAINING_OP) evaluates
+# or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
+_FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
+_OP_KINDS = ("host_op", "launch", "device_compute")
 _UNNAMED = frozenset({"input_wait", IDLE})
-# Growth of this share of the excess explains a stall.
+# Growth of this share of the excess explains a stall; other named work of MIN_ALSO_SHARE is
+# listed beside it, with its remedy.
 MIN_CAUSE_SHARE = 0.3
+MIN_ALSO_SHARE = 0.15
 # Events are new work when typical steps hold fewer than this share of their stalled-step
 # occurrences: counted, not timed, since an op of every step that a hiccup stretched 14x (a
 # ResourceGather of a plain loop in a CI run, 2.8 ms against 0.2) is the same work running
@@ -88,6 +108,13 @@ _REMEDIES = {
                       "(see function_retracing) and run warm-up steps before timing.",
     "evaluation": "Evaluate less often (validation_freq), on fewer steps (validation_steps), or "
                   "in a separate job.",
+    "new_iterator": "The input iterator starts over at every epoch (or fit() call): the old "
+                    "one's threads are stopped and the new one refills its prefetch and shuffle "
+                    "buffers before its first batch. Repeat the training dataset and give the "
+                    "epoch's length (model.fit(ds.repeat(), steps_per_epoch=N)), one fit() for "
+                    "all epochs; in a custom loop make one iterator (it = iter(ds.repeat())) and "
+                    "take N batches an epoch from it. Keras makes a new iterator for "
+                    "validation_data at every evaluation: validation_freq makes fewer.",
     "input_wait": "The input pipeline runs dry in bursts: prefetch deeper (prefetch(AUTOTUNE) at "
                   "the end, a larger buffer), open the next file before the current one ends "
                   "(interleave with cycle_length >= 2 and num_parallel_calls, a larger "
@@ -125,8 +152,13 @@ _IDLE_LABELS = {"cpu": "untraced Python work on the CPU", "sleep": "an untraced 
 _NO_CAUSE = "cause not in the trace"
 _LABELS = {"checkpoint": "checkpoints", "summary": "summary writes",
            "graph_building": "tf.function tracing", "evaluation": "evaluation",
+           "new_iterator": "the input iterator started over",
            "input_wait": "the input pipeline ran dry", IDLE: "untraced Python work",
            "extra_work": "work only those steps do"}
+_WHAT = {"extra_work": "work that typical steps do not have",
+         "new_iterator": "a new input iterator made from Python, and the old one's teardown",
+         "evaluation": "evaluation (test functions, or tf.functions that run no backward pass "
+                       "or update)"}
 _UNEXPLAINED = ("Nothing the trace holds explains the slow steps: look for what else used the "
                 "cores then (other processes or jobs on the host; `recadvisor capture` records "
                 "thread states) and whether some batches carry more work than others.")
@@ -148,19 +180,29 @@ def detect(ctx: Context) -> Finding | None:
     k = int(stalled.sum())
     excess = float((dur[stalled] - median).sum())
     step_numbers = t["step"].to_numpy()[stalled].tolist()
-    period, cycle = _cycle(np.flatnonzero(stalled), dur, n)
-    if period:
-        # Per cycle: where the window cuts the cycle does not matter then.
-        per_cycle = float((dur[cycle] - median).sum()) / len(cycle)
-        saved = per_cycle / (period * median + per_cycle)
+    ends, epoch_rows = _epoch_ends(ctx)
+    # Stalls at epochs' ends (or in the first step after one, a new iterator's warm-up) come
+    # once an epoch, however the window cuts the epochs.
+    at_ends = bool(len(ends)) and bool(np.isin(np.flatnonzero(stalled),
+                                               np.concatenate((ends, ends + 1))).all())
+    if at_ends and epoch_rows:
+        period, per_cycle = epoch_rows, excess / len(ends)
     else:
-        saved = excess / float(dur.sum())
+        period, cycle = _cycle(np.flatnonzero(stalled), dur, n)
+        # Per cycle: where the window cuts the cycle does not matter then.
+        per_cycle = float((dur[cycle] - median).sum()) / len(cycle) if period else 0.0
+    saved = (per_cycle / (period * median + per_cycle) if period
+             else excess / float(dur.sum()))
     if saved < MIN_EXCESS_SHARE:
         return None
     grew = {c: float(t[c].to_numpy()[stalled].sum() - k * np.median(t[c].to_numpy()[typical]))
             for c in ALL_CATEGORIES}
     by_category = max(grew, key=grew.__getitem__)
     top, named, behind = _events_that_grew(ctx, stalled, typical)
+    if not at_ends:
+        # Iterators made beside stalls elsewhere (a new fit() call in a window of steady steps)
+        # are not what stalls.
+        named.pop("new_iterator", None)
     cause = _cause(named, by_category, excess)
     states = _main_states(ctx, stalled, typical) if cause == IDLE else None
     ratios = dur[stalled] / median
@@ -169,14 +211,19 @@ def detect(ctx: Context) -> Finding | None:
         f"({_list(f'{r:.1f}x' for r in ratios)}; median {median / 1e6:.1f} ms): "
         f"{excess / 1e6:.1f} ms beyond the median, {excess / float(dur.sum()):.0%} of the "
         "window's step time",
-        f"steps {_list(str(s) for s in step_numbers)}"
-        + (f": every {period} steps, so {saved:.0%} of the time of each {period}-step cycle"
-           if period else ""),
+        f"steps {_list(str(s) for s in step_numbers)}" + _period_words(
+            period, saved, median, excess / max(len(ends), 1) if at_ends else None),
         "in those steps, beyond as many typical steps: " + ", ".join(
             f"{c} +{ms / 1e6:.1f} ms" for i, (c, ms) in enumerate(
                 sorted(grew.items(), key=lambda x: -x[1])) if i == 0 or ms >= 0.1 * excess),
         _cause_line(ctx, cause, named, stalled, typical, states),
     ]
+    also = [c for c, _ in _CAUSES
+            if c != cause and named.get(c, 0.0) >= MIN_ALSO_SHARE * excess / 1e6]
+    if also:
+        evidence.append("also in those steps: " + ", ".join(
+            f"{_LABELS[c]} +{named[c]:.1f} ms ({named[c] * 1e6 / excess:.0%} of the excess)"
+            for c in also))
     meta = (ctx.run.metadata or {}).get("step_time_ms") or {}
     if meta.get("mean") and meta.get("p50"):
         evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "
@@ -203,7 +250,8 @@ def detect(ctx: Context) -> Finding | None:
         remedy=(_UNEXPLAINED if cause is None else
                 _IDLE_REMEDIES.get(states[0] if states else "", _REMEDIES[cause])
                 + (_SESSION_CHECKPOINT if cause == "checkpoint"
-                   and ctx.steps.source.startswith("session:") else "")),
+                   and ctx.steps.source.startswith("session:") else "")
+                + "".join(f" Also ({_LABELS[c]}): {_REMEDIES[c]}" for c in also)),
         # Without a cause there is nothing concrete to change, an owner's finding already
         # counts the time, and a lone stall may not recur: shown, never ranked above low.
         severity="low" if cause is None or owner or lone else "",
@@ -211,6 +259,7 @@ def detect(ctx: Context) -> Finding | None:
                  "median_step_ms": round(median / 1e6, 3),
                  "excess_ms": round(excess / 1e6, 3), "period_steps": period,
                  "cause": cause,
+                 "named_ms": {c: round(float(named[c]), 3) for c, _ in _CAUSES if c in named},
                  "main_thread_states": ({st: round(v, 3) for st, v in states[2].items()}
                                         if states else None),
                  "growth_ms": {c: round(ms / 1e6, 3) for c, ms in grew.items() if ms > 0}},
@@ -219,6 +268,37 @@ def detect(ctx: Context) -> Finding | None:
             t["start_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES],
             t["end_ns"].to_numpy()[stalled].tolist()[:MAX_RANGES], strict=True)],
     )
+
+
+def _period_words(period: int | None, saved: float, median: float,
+                  per_epoch: float | None) -> str:
+    if per_epoch is None:
+        return (f": every {period} steps, so {saved:.0%} of the time of each {period}-step cycle"
+                if period else "")
+    if period:
+        return (f": each at an epoch's end ({period} steps an epoch), so {saved:.0%} of each "
+                "epoch's time")
+    # One epoch's end and no epoch length: the window's share stands in for it.
+    return (f": at an epoch's end; the window does not show an epoch's length, so the estimate "
+            f"is the window's share (with E steps an epoch: {per_epoch / 1e6:.1f} / "
+            f"(E x {median / 1e6:.1f} + {per_epoch / 1e6:.1f}) ms)")
+
+
+def _epoch_ends(ctx: Context) -> tuple[np.ndarray, int | None]:
+    """The table rows whose step holds an epoch's end, and the steps of an epoch when known:
+    from the markers' step numbers (steps.Steps.epoch_ends), else the steps in which Python
+    made a new input iterator (iter(dataset) each epoch, Keras' fit), an epoch as long as the
+    constant gap between them."""
+    steps = ctx.steps
+    if steps.epoch_rows:
+        return steps.epoch_ends, steps.epoch_rows
+    ev = ctx.events
+    made = cat_mask(ev["name"], _CAUSES[-1][1].match)
+    rows = np.unique(steps.row_at(ev["start_ns"].to_numpy(np.int64)[made]))
+    rows = rows[rows >= 0]
+    gaps = np.diff(rows)
+    return rows, (int(gaps[0]) if len(gaps) and (gaps == gaps[0]).all() and gaps[0] >= 2
+                  else None)
 
 
 def _owner(ctx: Context, cause: str | None) -> str | None:
@@ -258,9 +338,11 @@ def _main_states(ctx: Context, stalled: np.ndarray, typical: np.ndarray
 
 def _cause(named: dict[str, float], by_category: str, excess: float) -> str | None:
     enough = MIN_CAUSE_SHARE * excess / 1e6
-    for cause, _ in _CAUSES:
-        if named.get(cause, 0.0) >= enough:
-            return cause
+    # The named work that adds the most: a Keras 3 epoch's end holds both an evaluation and
+    # iterator teardowns, either of which can be the larger.
+    cause = max((c for c, _ in _CAUSES), key=lambda c: named.get(c, 0.0))
+    if named.get(cause, 0.0) >= enough:
+        return cause
     if by_category in _UNNAMED:
         return by_category
     return "extra_work" if named.get("extra_work", 0.0) >= enough else None
@@ -285,8 +367,7 @@ def _cause_line(ctx: Context, cause: str | None, named: dict[str, float], stalle
         per_typical = typical[row].sum() / typical.sum()
         return (f"the training thread waited for its next batch; readers opened "
                 f"{per_stalled:.2g} file(s) per stalled step, {per_typical:.2g} per typical step")
-    what = "work that typical steps do not have" if cause == "extra_work" else (
-        f"{cause.replace('_', ' ')} events")
+    what = _WHAT.get(cause, f"{cause.replace('_', ' ')} events")
     k = int(stalled.sum())
     return (f"{what}: {named[cause]:.1f} ms more in the {k} stalled steps "
             f"({named[cause] / k:.1f} ms each; the events below)")
@@ -335,16 +416,42 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
 
     named: dict[str, float] = {}
     behind: dict[str, list[dict]] = {}
-    groups = [(cause, np.array([bool(p.search(x)) for x in names], dtype=bool))
-              for cause, p in _CAUSES]
+    groups = {cause: np.array([bool(p.search(x)) for x in names], dtype=bool)
+              for cause, p in _CAUSES}
     n_typical = np.bincount(codes[typical[step]], minlength=m)
-    groups.append(("extra_work", n_typical * scale < NEW_WORK_SHARE * n_stalled))
-    for cause, sel in groups:
+    new = n_typical * scale < NEW_WORK_SHARE * n_stalled
+    in_stalled_rows = stalled[step]
+    groups["evaluation"] |= _forward_only(ev, names, new & (grew > 0), in_stalled_rows)
+    if (groups["new_iterator"] & (n_stalled > 0)).any():
+        groups["new_iterator"] |= np.array([bool(_TEARDOWN.match(x)) for x in names], dtype=bool)
+    groups["extra_work"] = new
+    for cause, sel in groups.items():
         sel &= grew > 0
         if sel.any():
             named[cause] = added_ms(sel)
             behind[cause] = top_of(sel)
     return top_of(np.ones(m, dtype=bool)), named, behind
+
+
+def _forward_only(ev: pd.DataFrame, names: list[str], candidates: np.ndarray,
+                  rows: np.ndarray) -> np.ndarray:
+    """Per name, whether it is a tf.function call among `candidates` whose calls in `rows` (of
+    the in-step events `ev`) hold ops but no backward-pass or optimizer op: an evaluation or
+    prediction function. The step's thread waits in the call while executor threads run its
+    ops; training does not run beside it."""
+    out = np.zeros(len(names), dtype=bool)
+    calls = [i for i in np.flatnonzero(candidates).tolist() if _FUNCTION_CALL.match(names[i])]
+    if not calls:
+        return out
+    codes = ev["name"].array.codes
+    starts, ends = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
+    ops = np.flatnonzero(rows & ev["kind"].isin(_OP_KINDS).to_numpy())
+    training = np.array([bool(TRAINING_OP.search(x)) for x in names], dtype=bool)[codes[ops]]
+    for i in calls:
+        mine = rows & (codes == i)
+        held = inside(starts[ops], starts[mine], ends[mine])
+        out[i] = bool(held.any() and not training[held].any())
+    return out
 
 
 # Stalls this share of the longest one or more make the cycle when all of them do not.

@@ -70,6 +70,11 @@ MODE:
   ids go through one `tf.keras.layers.Hashing` layer per column, inside the model, or in a
   parallel `dataset.map` before prefetch. `lookup_in_model`: 26 string columns through
   `StringLookup` layers (a 1,000-word vocabulary each) inside the model.
+- `keras_epochs` / `keras_epochs_repeat`: Keras fit of a 64-512-512-1 MLP for 3 epochs of 12
+  batches of 256 (a batched map, prefetch), profiled by the TensorBoard callback from the 8th to
+  the 32nd batch: the window holds two epochs' ends. The dataset as it is (a new iterator every
+  epoch) or repeated with steps_per_epoch=12 (one iterator). `keras_validation`: the first with
+  `validation_data` of 24 batches, profiled around the whole fit (tf.profiler start/stop).
 - `session_per_example` / `session_batched`: a TF1-style graph-mode loop (`tf.compat.v1.Session`,
   `disable_eager_execution`) training a 64-256-256-1 MLP with `tf.compat.v1.train.AdamOptimizer`
   from a one-shot iterator over 16,384 `tf.train.Example` records: one example per record, parsed
@@ -643,6 +648,37 @@ elif mode in ("hashing_in_model", "hashing_in_pipeline", "lookup_in_model"):
         ds = ds.map(lambda f, y: ({k: prep[k](v) if k in prep else v for k, v in f.items()}, y),
                     num_parallel_calls=tf.data.AUTOTUNE)
     fit_timed(model, ds.prefetch(2), timed=10, then=15)
+elif mode in ("keras_epochs", "keras_epochs_repeat", "keras_validation"):
+    def batches(n: int) -> tf.data.Dataset:
+        x = rng.normal(size=(n * 256, 64)).astype("float32")
+        return tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32"))).batch(
+            256).map(lambda a, b: (a * 1.0, b)).prefetch(2)
+    model = mlp(64, 512, 512)
+    fit = ({"x": batches(12).repeat(), "steps_per_epoch": 12} if mode == "keras_epochs_repeat"
+           else {"x": batches(12)})
+    if mode == "keras_validation":
+        fit["validation_data"] = batches(24)
+    class Clock(tf.keras.callbacks.Callback):
+        """Batch starts: fit's own set-up before the first batch (0-250 ms from run to run) is
+        left out, the epochs' ends are in."""
+        def __init__(self) -> None:
+            super().__init__()
+            self.starts: list[float] = []
+
+        def on_train_batch_begin(self, batch, logs=None) -> None:
+            self.starts.append(time.perf_counter())
+    model.fit(epochs=2, verbose=0, **fit)
+    clock = Clock()
+    model.fit(epochs=4, verbose=0, callbacks=[clock], **fit)
+    span = clock.starts[-1] - clock.starts[0]
+    print(f"untraced_step_ms={span / (len(clock.starts) - 1) * 1e3:.3f}", flush=True)
+    if mode == "keras_validation":
+        tf.profiler.experimental.start(logdir)
+        model.fit(epochs=3, verbose=0, **fit)
+        tf.profiler.experimental.stop()
+    else:
+        board = tf.keras.callbacks.TensorBoard(logdir, profile_batch=(8, 32))
+        model.fit(epochs=3, verbose=0, callbacks=[board], **fit)
 elif mode.startswith("session_"):
     tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1

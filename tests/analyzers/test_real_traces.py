@@ -235,6 +235,34 @@ def test_preprocessing_layers_inside_the_model(foreign):
     assert "LookupTableFindV2" in lookup.top_events[0]["name"]
 
 
+def test_keras_epochs_and_validation_in_one_window(foreign):
+    """Keras 3 fits of 3 epochs of 12 batches (docs/trace-signals.md, "Epochs and validation").
+    The TensorBoard callback's window (batches 8-32) numbers its batches from 0 each epoch:
+    25 steps, not 12 merged ones. A new iterator each epoch (and the old one's teardown, 10-150
+    ms from run to run) stalls both epochs' ends; a repeated dataset with steps_per_epoch keeps
+    one iterator and does not stall. With validation data, profiled around the whole fit
+    (no markers): the 72 evaluation calls, named like the 36 training ones, are not the steps,
+    and the epoch's end is evaluation and new iterators (either may cost more)."""
+    def stalls(report):
+        return {f.id: f for f in report.findings}.get("step_stalls")
+    epochs = analyze(foreign("keras_epochs"))
+    assert windows(epochs) == 25 and epochs.ctx.steps.epoch_rows == 12
+    f = stalls(epochs)
+    assert f.numbers["cause"] == "new_iterator" and f.numbers["period_steps"] == 12, f
+    assert len(f.numbers["stalled_steps"]) == 2 and "steps_per_epoch" in f.remedy
+    repeat = analyze(foreign("keras_epochs_repeat"))
+    assert windows(repeat) == 25 and repeat.ctx.steps.epoch_rows == 12
+    assert stalls(repeat) is None or stalls(repeat).numbers["cause"] != "new_iterator"
+    assert "step_stalls" not in {f.id for f in repeat.findings
+                                 if f.severity in ("medium", "high")}
+    val = analyze(foreign("keras_validation"))
+    assert val.ctx.steps.source.startswith("function:") and windows(val) == 36
+    f = stalls(val)
+    assert f.severity == "high" and f.numbers["cause"] in ("evaluation", "new_iterator"), f
+    assert "evaluation" in f.numbers["named_ms"] and f.numbers["period_steps"] == 12
+    assert "validation_freq" in f.remedy
+
+
 def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
     """Every 5th step of a ~5 ms loop writes a checkpoint of a 64 MB table (SaveV2, then
     MergeV2Checkpoints: ~90 ms), or calls gc.collect() with 1.5M Python lists alive (~300 ms,

@@ -1,8 +1,8 @@
 """The analyzer on traces recorded with a TensorFlow other than the one CI installs.
 
 `data/tf2.15/<mode>.xplane.pb.gz`: `python tests/analyzers/foreign_jobs.py DIR <mode>` run with
-tensorflow-cpu 2.15.1 (Keras 2.15, Python 3.11) on 2026-11-23 (the `session_*` modes on
-2026-11-24), the xplane gzipped. Keras 2's fit
+tensorflow-cpu 2.15.1 (Keras 2.15, Python 3.11) on 2026-11-23 (the `session_*` and
+`keras_validation` modes on 2026-11-24), the xplane gzipped. Keras 2's fit
 writes `train` step markers (Keras 3 in TF 2.21 writes none); the rest of the event vocabulary is
 the same (docs/trace-signals.md, "TF 2.15"). No TensorFlow is needed to run these tests.
 
@@ -85,6 +85,24 @@ def test_recorded_session_jobs(tmp_path):
     strong = {f.id: f for f in queue.findings if f.severity in ("medium", "high")}
     assert list(strong) == ["queue_input"] and strong["queue_input"].severity == "high"
     assert strong["queue_input"].step_fraction > 0.6
+
+
+def test_recorded_keras_2_fit_with_validation(tmp_path):
+    """Keras 2 fit over 3 epochs of 12 batches with 24 validation batches each, profiled around
+    the whole fit (docs/trace-signals.md, "Epochs and validation"): Keras 2 marks validation
+    batches `test` like training ones `train`, and numbers both from 0 each epoch. The steps
+    are the 36 training batches; what stalls at the two epochs' ends is the evaluation, once
+    an epoch."""
+    report = _report(tmp_path, "tf2.15/keras_validation")
+    steps = report.ctx.steps
+    assert steps.source == "markers:train" and report.ctx.n_steps == 36
+    assert steps.epoch_ends.tolist() == [11, 23] and steps.epoch_rows == 12
+    strong = {f.id: f for f in report.findings if f.severity in ("medium", "high")}
+    assert list(strong) == ["step_stalls"], report.findings
+    f = strong["step_stalls"]
+    assert f.numbers["cause"] == "evaluation" and f.numbers["period_steps"] == 12
+    assert f.numbers["stalled_steps"] == [11, 23] and "validation_freq" in f.remedy
+    assert f.top_events[0]["name"] == "test_function" and f.top_events[0]["count"] == 48
 
 
 def test_recorded_tf_gpu_trace(tmp_path):

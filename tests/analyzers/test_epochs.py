@@ -1,0 +1,154 @@
+"""Windows that span epochs: step numbers that start over, validation batches beside training
+ones, and what runs at an epoch's end (docs/trace-signals.md, "Epochs and validation").
+
+Traces are built like Keras fits on a CPU host: a tf.function call per batch on the Python
+thread whose ops (forward, `gradient_tape/` backward, optimizer updates) run on a compute thread;
+between epochs, evaluation calls of a function with forward ops only and a new input iterator
+(`MakeIterator`, then the old iterator's teardown inside `TFE_DeleteTensorHandle`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzers.findings import Finding
+from analyzers.report import analyze
+from tests.analyzers.xspace_builder import XSpaceBuilder
+
+MS = 1_000_000
+TRAIN_FN = "EagerLocalExecute: __inference_multi_step_on_iterator_10"
+EVAL_FN = "EagerLocalExecute: __inference_multi_step_on_iterator_20"
+FORWARD = "sequential/dense/MatMul:MatMul"
+BACKWARD = ("gradient_tape/sequential/dense/MatMul/MatMul:MatMul",
+            "adam/AssignSubVariableOp:AssignSubVariableOp")
+
+
+def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.0,
+        markers: str | None = "Profiled batch", number_on: bool = False, evals: int = 0,
+        eval_ms: float = 2.0, eval_marker: str | None = None, eval_trains: bool = False,
+        new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN) -> Path:
+    """A fit of `epochs` x `per_epoch` batches of `step_ms`. Markers named `markers` (None: no
+    marker, steps come from the calls) numbered from 0 in each epoch, or on through the run
+    (`number_on`). After each epoch but the last: `evals` evaluation calls of `eval_ms` (each
+    in an `eval_marker` marker when given; with backward ops too when `eval_trains`), and with
+    `new_iterator` a new iterator made and the old one torn down (`teardown_ms`)."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    comp = host.line("tf_Compute/11", line_id=11)
+    t = 0
+    for epoch in range(epochs):
+        for i in range(per_epoch):
+            num = epoch * per_epoch + i if number_on else i
+            if markers:
+                main.event(markers, t, int(step_ms * MS) - 1000, step_num=num, _r=1)
+            compute = int((step_ms - 1) * MS)
+            main.event(TRAIN_FN, t + MS // 2, compute)
+            third = compute // 3
+            for k, op in enumerate((FORWARD, *BACKWARD)):
+                comp.event(op, t + MS // 2 + k * third, third - 1000)
+            main.event("TFE_DeleteTensorHandle", t + MS // 2 + compute, 10_000)
+            t += int(step_ms * MS)
+        if epoch == epochs - 1:
+            break
+        for j in range(evals):
+            if eval_marker:
+                main.event(eval_marker, t, int(eval_ms * MS) - 1000, step_num=j, _r=1)
+            main.event(eval_fn, t + 1000, int(eval_ms * MS) - 2000)
+            comp.event(FORWARD, t + 2000, int(eval_ms * MS) // 2)
+            if eval_trains:
+                comp.event(BACKWARD[0], t + 2000 + int(eval_ms * MS) // 2, 100_000)
+            t += int(eval_ms * MS)
+        if new_iterator:
+            main.event("EagerLocalExecute: MakeIterator", t, 3 * MS)
+            main.event("TFE_DeleteTensorHandle", t + 3 * MS, int(teardown_ms * MS))
+            t += int((3 + teardown_ms) * MS)
+    return b.write(tmp)
+
+
+def stalls(logdir: Path) -> Finding | None:
+    return {f.id: f for f in analyze(logdir).findings}.get("step_stalls")
+
+
+def test_step_numbers_that_start_over_begin_a_new_epoch(tmp_path):
+    """Keras numbers its batches from 0 in each epoch: batch 3 of two epochs is two steps,
+    numbered on (the 2nd epoch's batch 3 is step 15), and the step before each restart holds
+    that epoch's end. Numbers that go on through the run are one epoch to the analyzer."""
+    report = analyze(fit(tmp_path / "restart", evals=4))
+    steps = report.ctx.steps
+    assert report.ctx.n_steps == 36 and steps.table["step"].tolist() == list(range(36))
+    assert steps.epoch_ends.tolist() == [11, 23] and steps.epoch_rows == 12
+    on = analyze(fit(tmp_path / "on", evals=4, number_on=True)).ctx.steps
+    assert on.table["step"].tolist() == list(range(36))
+    assert on.epoch_ends.tolist() == [] and on.epoch_rows is None
+
+
+def test_a_window_inside_two_epochs_counts_the_epoch_from_its_numbers(tmp_path):
+    """One epoch's end in the window: the epoch is as long as the last number before the
+    restart says (0-based), at the numbers' stride."""
+    report = analyze(fit(tmp_path, epochs=2, evals=4))
+    assert report.ctx.steps.epoch_rows == 12 and report.ctx.steps.epoch_ends.tolist() == [11]
+
+
+def test_validation_markers_are_not_steps(tmp_path):
+    """Keras 2 marks validation batches `test` as it marks training ones `train`: 40 of them an
+    epoch outnumber the 12 training batches, but only `train` windows hold a backward pass."""
+    report = analyze(fit(tmp_path, markers="train", evals=40, eval_marker="test",
+                         eval_fn="EagerLocalExecute: __inference_test_function_20"))
+    assert report.ctx.steps.source == "markers:train" and report.ctx.n_steps == 36
+
+
+def test_an_evaluation_function_named_like_the_training_one_is_not_the_step(tmp_path):
+    """Keras 3 calls both multi_step_on_iterator: without markers, the function whose calls run
+    a backward pass gives the steps, though the other is called and runs longer in all. When
+    both train (a second training function, as a GAN has), the longer one still wins."""
+    report = analyze(fit(tmp_path / "eval", markers=None, evals=40, new_iterator=True))
+    assert report.ctx.steps.source == f"function:{TRAIN_FN}"
+    # The first batch after the window's start is an edge; the calls chain into 36 windows.
+    assert report.ctx.n_steps + len(report.ctx.steps.left_out) == 36
+    both = analyze(fit(tmp_path / "both", markers=None, evals=100, eval_trains=True))
+    assert both.ctx.steps.source == f"function:{EVAL_FN}"
+
+
+def test_evaluation_at_epoch_ends_is_named_and_costed_per_epoch(tmp_path):
+    """40 evaluation calls of 2 ms after every 12 training batches of 10 ms: 80 ms an epoch,
+    named from the calls' ops (forward only), estimated per epoch, not per window."""
+    f = stalls(fit(tmp_path / "eval", evals=40))
+    assert f.numbers["cause"] == "evaluation" and f.severity == "high"
+    assert f.numbers["stalled_steps"] == [11, 23] and f.numbers["period_steps"] == 12
+    assert f.step_fraction == pytest.approx(80 / (12 * 10 + 80), rel=0.02)
+    assert "validation_freq" in f.remedy
+    assert f.top_events[0]["name"] == EVAL_FN and f.top_events[0]["count"] == 80
+    # The same calls with a backward pass are not evaluation: work only those steps do.
+    trains = stalls(fit(tmp_path / "trains", evals=40, eval_trains=True))
+    assert trains.numbers["cause"] == "extra_work"
+
+
+def test_a_new_iterator_at_epoch_ends_is_named(tmp_path):
+    """A new iterator every epoch (3 ms) and the old one's teardown (40 ms): the data starting
+    over, whose remedy repeats the dataset. With both an evaluation and a new iterator, the
+    larger is the cause and the other is listed with its remedy."""
+    f = stalls(fit(tmp_path / "it", new_iterator=True))
+    assert f.numbers["cause"] == "new_iterator" and f.numbers["period_steps"] == 12
+    assert "steps_per_epoch" in f.remedy and f.severity == "high"
+    assert {e["name"] for e in f.top_events} >= {"TFE_DeleteTensorHandle",
+                                                 "EagerLocalExecute: MakeIterator"}
+    both = stalls(fit(tmp_path / "both", evals=20, new_iterator=True, teardown_ms=60.0))
+    assert both.numbers["cause"] == "new_iterator"
+    assert set(both.numbers["named_ms"]) == {"evaluation", "new_iterator"}
+    assert any(e.startswith("also in those steps: evaluation +79.9 ms") for e in both.evidence)
+    assert "Also (evaluation): Evaluate less often" in both.remedy
+    # One iterator through the run (a repeated dataset): even steps, no finding.
+    assert stalls(fit(tmp_path / "repeat")) is None
+
+
+def test_without_markers_the_epoch_comes_from_the_new_iterators(tmp_path):
+    """Without step numbers, an epoch spans the steps between two new iterators; with one
+    epoch's end only, the window's share stands in and the evidence says how to scale it."""
+    f = stalls(fit(tmp_path / "three", markers=None, new_iterator=True))
+    assert f.numbers["cause"] == "new_iterator" and f.numbers["period_steps"] == 12
+    one = stalls(fit(tmp_path / "two", markers=None, epochs=2, new_iterator=True))
+    assert one.numbers["period_steps"] is None
+    assert any("the window does not show an epoch's length" in e for e in one.evidence)
