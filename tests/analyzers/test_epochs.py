@@ -26,14 +26,16 @@ BACKWARD = ("gradient_tape/sequential/dense/MatMul/MatMul:MatMul",
 
 
 def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.0,
-        markers: str | None = "Profiled batch", number_on: bool = False, evals: int = 0,
+        markers: str | None = "Profiled batch", number_on: bool = False, stride: int = 1,
+        evals: int = 0,
         eval_ms: float = 2.0, eval_marker: str | None = None, eval_trains: bool = False,
         new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN) -> Path:
     """A fit of `epochs` x `per_epoch` batches of `step_ms`. Markers named `markers` (None: no
     marker, steps come from the calls) numbered from 0 in each epoch, or on through the run
-    (`number_on`). After each epoch but the last: `evals` evaluation calls of `eval_ms` (each
-    in an `eval_marker` marker when given; with backward ops too when `eval_trains`), and with
-    `new_iterator` a new iterator made and the old one torn down (`teardown_ms`)."""
+    (`number_on`), `stride` apart (Keras numbers by steps_per_execution). After each epoch but
+    the last: `evals` evaluation calls of `eval_ms` (each in an `eval_marker` marker when given;
+    with backward ops too when `eval_trains`), and with `new_iterator` a new iterator made and
+    the old one torn down (`teardown_ms`)."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -41,7 +43,7 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
     t = 0
     for epoch in range(epochs):
         for i in range(per_epoch):
-            num = epoch * per_epoch + i if number_on else i
+            num = (epoch * per_epoch + i if number_on else i) * stride
             if markers:
                 main.event(markers, t, int(step_ms * MS) - 1000, step_num=num, _r=1)
             compute = int((step_ms - 1) * MS)
@@ -90,6 +92,14 @@ def test_a_window_inside_two_epochs_counts_the_epoch_from_its_numbers(tmp_path):
     restart says (0-based), at the numbers' stride."""
     report = analyze(fit(tmp_path, epochs=2, evals=4))
     assert report.ctx.steps.epoch_rows == 12 and report.ctx.steps.epoch_ends.tolist() == [11]
+
+
+def test_epochs_of_strided_numbers(tmp_path):
+    """At steps_per_execution 8 Keras numbers its calls 0, 8, ..., 88 each epoch: 12 steps an
+    epoch, and the second epoch's first call is step 96, as Keras' global count has it."""
+    steps = analyze(fit(tmp_path, stride=8, evals=4)).ctx.steps
+    assert steps.epoch_rows == 12 and steps.epoch_ends.tolist() == [11, 23]
+    assert steps.table["step"].tolist() == list(range(0, 36 * 8, 8))
 
 
 def test_validation_markers_are_not_steps(tmp_path):
