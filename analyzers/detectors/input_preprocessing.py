@@ -37,6 +37,15 @@ ID = "input_preprocessing"
 # cores.
 MIN_INPUT_OP_SHARE = 0.3
 LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
+# A Keras PyDataset (or Sequence) reaches tf.data through Dataset.from_generator; with workers > 1
+# Keras fills its own queue and adds no tf.data prefetch. Worker threads ran 2.3-2.9x slower than
+# one worker beside the training loop (the GIL), processes 1.08-1.35x faster on 2 cores
+# (docs/trace-signals.md, "Keras PyDataset").
+_KERAS_PYDATASET = ("a Keras PyDataset or Sequence: produce its batches in processes, "
+                    "PyDataset(workers=N, use_multiprocessing=True) (Keras 2: fit(workers=N, "
+                    "use_multiprocessing=True)), not threads, which hold the GIL against the "
+                    "training loop; with workers > 1 Keras prefetches into its own queue "
+                    "(max_queue_size) instead of a tf.data prefetch")
 
 _FIXES = {
     "decompression": ({"compression": "none"}, "store records uncompressed (or decompress once "
@@ -195,6 +204,8 @@ def detect(ctx: Context) -> Finding | None:
             change, text = _FIXES[cause]
             changes.update(change)
             remedies.append(text)
+    if pipe.generator and {"python_function", "no_prefetch"} & set(causes):
+        remedies.append(_KERAS_PYDATASET)
     if not remedies:
         remedies.append("move per-batch CPU work out of the training job (preprocess offline, "
                         "store uncompressed prebatched records), parallelize map/interleave with "

@@ -315,7 +315,8 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
     python = pipe.python_calls_per_step > 0 and (
         pipe.python_ms_per_step >= MIN_PYTHON_SHARE_OF_WAIT * wait_ms)
     if python:
-        source = "Dataset.from_generator" if pipe.generator else "tf.py_function/numpy_function"
+        source = ("Dataset.from_generator (a Keras PyDataset or Sequence is one)" if pipe.generator
+                  else "tf.py_function/numpy_function")
         per = " (once per example: map before batch)" if pipe.map_before_batch else ""
         causes["python_function"] = (
             f"{pipe.python_calls_per_step:.0f} Python function calls per step "

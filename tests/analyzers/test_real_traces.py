@@ -71,6 +71,18 @@ def foreign(tmp_path_factory) -> Callable[[str], Path]:
     return run
 
 
+@pytest.mark.parametrize("mode", ["pydataset", "pydataset_threads"])
+def test_a_keras_pydataset_gets_its_own_remedy(foreign, mode):
+    """A Keras 3 PyDataset building each batch in Python reaches tf.data as a
+    Dataset.from_generator: with one worker Keras prefetches, with 4 worker threads it fills its
+    own queue instead (no tf.data prefetch) and the threads hold the GIL against the training
+    loop (2.4x slower untraced). The remedy names processes (use_multiprocessing=True)."""
+    f = {f.id: f for f in analyze(foreign(mode)).findings}["input_preprocessing"]
+    assert f.severity in ("medium", "high") and "python_function" in f.numbers["causes"], f
+    assert ("no_prefetch" in f.numbers["causes"]) == (mode == "pydataset_threads"), f
+    assert "use_multiprocessing=True" in f.remedy and "max_queue_size" in f.remedy
+
+
 @pytest.mark.parametrize("mode", ["generator", "pyfunc"])
 def test_python_in_the_input_pipeline_is_named(foreign, mode):
     f = {f.id: f for f in analyze(foreign(mode)).findings}["input_preprocessing"]
