@@ -127,6 +127,8 @@ _FRAMEWORK = re.compile(
 # validation").
 TRAINING_OP = re.compile(r"(?:^|/)(?:gradient_tape|gradients(?:_\d+)?)/|:\w*Grad$|"
                          r":(?:Resource)?(?:Sparse)?Apply[A-Z]\w*$")
+# Event kinds that are ops running (host ops, device kernels, the host's launches of them).
+OP_KINDS = frozenset({"host_op", "launch", "device_compute"})
 # Tracing a tf.function's Python body; conversions inside it are symbolic (graph construction).
 GRAPH_BUILDING = "tf.function-graph_building"
 _H2D = re.compile(r"(?i)^(MemcpyH2D|Memcpy HtoD.*|MemcpyHtoD.*|HostToDevice.*|EagerCopyToDevice)$")

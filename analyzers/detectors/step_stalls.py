@@ -51,11 +51,18 @@ from analyzers.detectors import (
     io_stall,
     run_detector,
 )
-from analyzers.events import GRAPH_BUILDING, TRAINING_OP, cat_mask
+from analyzers.events import GRAPH_BUILDING, OP_KINDS, TRAINING_OP, cat_mask
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
-from analyzers.steps import ALL_CATEGORIES, IDLE, covered_ns, inside, marker_family
+from analyzers.steps import (
+    ALL_CATEGORIES,
+    IDLE,
+    TRAINING_OPS_RATIO,
+    covered_ns,
+    inside,
+    marker_family,
+)
 
 ID = "step_stalls"
 # A step this many times the median is a stall: steady windows keep their interior steps within
@@ -83,7 +90,6 @@ _TEARDOWN = re.compile(r"^(TFE_DeleteTensorHandle|EagerLocalExecute: DeleteItera
 # A tf.function's call: one that runs ops but no backward pass or update (TRAINING_OP) evaluates
 # or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
 _FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
-_OP_KINDS = ("host_op", "launch", "device_compute")
 _UNNAMED = frozenset({"input_wait", IDLE})
 # Growth of this share of the excess explains a stall; other named work of MIN_ALSO_SHARE is
 # listed beside it, with its remedy.
@@ -421,7 +427,8 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     n_typical = np.bincount(codes[typical[step]], minlength=m)
     new = n_typical * scale < NEW_WORK_SHARE * n_stalled
     in_stalled_rows = stalled[step]
-    groups["evaluation"] |= _forward_only(ev, names, new & (grew > 0), in_stalled_rows)
+    groups["evaluation"] |= _forward_only(ev, names, new & (grew > 0), in_stalled_rows,
+                                          typical[step], int(typical.sum()))
     if (groups["new_iterator"] & (n_stalled > 0)).any():
         groups["new_iterator"] |= np.array([bool(_TEARDOWN.match(x)) for x in names], dtype=bool)
     groups["extra_work"] = new
@@ -434,23 +441,31 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
 
 
 def _forward_only(ev: pd.DataFrame, names: list[str], candidates: np.ndarray,
-                  rows: np.ndarray) -> np.ndarray:
-    """Per name, whether it is a tf.function call among `candidates` whose calls in `rows` (of
-    the in-step events `ev`) hold ops but no backward-pass or optimizer op: an evaluation or
-    prediction function. The step's thread waits in the call while executor threads run its
-    ops; training does not run beside it."""
+                  stalled_rows: np.ndarray, typical_rows: np.ndarray, n_typical: int
+                  ) -> np.ndarray:
+    """Per name, whether it is a tf.function call among `candidates` whose calls in the stalled
+    steps (`stalled_rows` of the in-step events `ev`) hold ops but no backward-pass or optimizer
+    op: an evaluation or prediction function. Where no op in the trace has such a name (XLA
+    names kernels after HLO), a call that runs under 1/TRAINING_OPS_RATIO of a typical step's
+    ops. The step's thread waits in the call while executor threads run its ops; training
+    does not run beside it."""
     out = np.zeros(len(names), dtype=bool)
     calls = [i for i in np.flatnonzero(candidates).tolist() if _FUNCTION_CALL.match(names[i])]
     if not calls:
         return out
     codes = ev["name"].array.codes
     starts, ends = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
-    ops = np.flatnonzero(rows & ev["kind"].isin(_OP_KINDS).to_numpy())
-    training = np.array([bool(TRAINING_OP.search(x)) for x in names], dtype=bool)[codes[ops]]
+    is_op = ev["kind"].isin(OP_KINDS).to_numpy()
+    ops = np.flatnonzero(stalled_rows & is_op)
+    named = np.array([bool(TRAINING_OP.search(x)) for x in names], dtype=bool)
+    by_name = bool(named[codes[is_op]].any())
+    per_step = (is_op & typical_rows).sum() / max(n_typical, 1)
     for i in calls:
-        mine = rows & (codes == i)
+        mine = stalled_rows & (codes == i)
         held = inside(starts[ops], starts[mine], ends[mine])
-        out[i] = bool(held.any() and not training[held].any())
+        out[i] = bool(held.any()) and (
+            not named[codes[ops[held]]].any() if by_name
+            else held.sum() / mine.sum() * TRAINING_OPS_RATIO <= per_step)
     return out
 
 

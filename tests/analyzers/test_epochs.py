@@ -23,19 +23,23 @@ EVAL_FN = "EagerLocalExecute: __inference_multi_step_on_iterator_20"
 FORWARD = "sequential/dense/MatMul:MatMul"
 BACKWARD = ("gradient_tape/sequential/dense/MatMul/MatMul:MatMul",
             "adam/AssignSubVariableOp:AssignSubVariableOp")
+# An XLA-compiled function's kernels are named after HLO: nothing says backward or update.
+XLA_FORWARD, XLA_BACKWARD = "MatMul.8", ("MatMul_1.4", "divide_subtract_fusion.3")
 
 
 def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.0,
         markers: str | None = "Profiled batch", number_on: bool = False, stride: int = 1,
         evals: int = 0,
         eval_ms: float = 2.0, eval_marker: str | None = None, eval_trains: bool = False,
-        new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN) -> Path:
+        new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN,
+        xla: bool = False) -> Path:
     """A fit of `epochs` x `per_epoch` batches of `step_ms`. Markers named `markers` (None: no
     marker, steps come from the calls) numbered from 0 in each epoch, or on through the run
     (`number_on`), `stride` apart (Keras numbers by steps_per_execution). After each epoch but
     the last: `evals` evaluation calls of `eval_ms` (each in an `eval_marker` marker when given;
     with backward ops too when `eval_trains`), and with `new_iterator` a new iterator made and
-    the old one torn down (`teardown_ms`)."""
+    the old one torn down (`teardown_ms`). `xla`: kernels named as XLA names them."""
+    forward, backward = (XLA_FORWARD, XLA_BACKWARD) if xla else (FORWARD, BACKWARD)
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -49,7 +53,7 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
             compute = int((step_ms - 1) * MS)
             main.event(TRAIN_FN, t + MS // 2, compute)
             third = compute // 3
-            for k, op in enumerate((FORWARD, *BACKWARD)):
+            for k, op in enumerate((forward, *backward)):
                 comp.event(op, t + MS // 2 + k * third, third - 1000)
             main.event("TFE_DeleteTensorHandle", t + MS // 2 + compute, 10_000)
             t += int(step_ms * MS)
@@ -59,9 +63,10 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
             if eval_marker:
                 main.event(eval_marker, t, int(eval_ms * MS) - 1000, step_num=j, _r=1)
             main.event(eval_fn, t + 1000, int(eval_ms * MS) - 2000)
-            comp.event(FORWARD, t + 2000, int(eval_ms * MS) // 2)
+            comp.event(forward, t + 2000, int(eval_ms * MS) // 2)
             if eval_trains:
-                comp.event(BACKWARD[0], t + 2000 + int(eval_ms * MS) // 2, 100_000)
+                for k, op in enumerate(backward):
+                    comp.event(op, t + 2000 + int(eval_ms * MS) // 2 + k * 200_000, 100_000)
             t += int(eval_ms * MS)
         if new_iterator:
             main.event("EagerLocalExecute: MakeIterator", t, 3 * MS)
@@ -120,6 +125,23 @@ def test_an_evaluation_function_named_like_the_training_one_is_not_the_step(tmp_
     assert report.ctx.n_steps + len(report.ctx.steps.left_out) == 36
     both = analyze(fit(tmp_path / "both", markers=None, evals=100, eval_trains=True))
     assert both.ctx.steps.source == f"function:{EVAL_FN}"
+
+
+def test_without_backward_names_the_function_with_more_ops_per_call_trains(tmp_path):
+    """XLA names kernels after HLO (`MatMul.20`, `divide_subtract_fusion.3`): the training
+    function is the one whose calls run 1.5x the others' ops or more (3 against 1 here), and
+    the evaluation calls in the stalls are evaluation. Calls of the same weight say nothing:
+    the longer function in all gives the steps, as before."""
+    report = analyze(fit(tmp_path / "xla", markers=None, evals=40, new_iterator=True, xla=True))
+    assert report.ctx.steps.source == f"function:{TRAIN_FN}"
+    f = {f.id: f for f in report.findings}["step_stalls"]
+    assert f.numbers["named_ms"]["evaluation"] == pytest.approx(2 * 40 * 1.998, rel=0.01)
+    same = analyze(fit(tmp_path / "same", markers=None, evals=100, eval_trains=True, xla=True))
+    assert same.ctx.steps.source == f"function:{EVAL_FN}"
+    # In the stalls, a function as heavy per call as a training step is not evaluation.
+    heavy = {f.id: f for f in analyze(fit(tmp_path / "heavy", evals=40, eval_trains=True,
+                                          xla=True)).findings}["step_stalls"]
+    assert heavy.numbers["cause"] == "extra_work"
 
 
 def test_evaluation_at_epoch_ends_is_named_and_costed_per_epoch(tmp_path):
