@@ -158,7 +158,7 @@ def find_step_windows(events: pd.DataFrame
     rows, step_num = present_stat(events, "step_num")
     host = cat_mask(events["plane"].iloc[rows], lambda p: not is_device_plane(p))
     rows, step_num = rows[host], step_num[host]
-    marked = with_end(events[["name", "line", "plane", "line_id", "start_ns",
+    marked = with_end(events[["name", "host", "line", "plane", "line_id", "start_ns",
                               "dur_ns"]].iloc[rows])
     if len(marked):
         root_rows, root = present_stat(events, "root")
@@ -256,20 +256,34 @@ def _by_epoch(m: pd.DataFrame) -> pd.DataFrame:
     Keras 2 also writes `epoch_num`): the same number in two epochs is two steps, and `step`
     counts on through the window from the first epoch's numbers (11, then 0 -> 12), as Keras's
     global batch count does."""
-    m = m.sort_values("start_ns", kind="stable")
-    keys = [m["plane"], m["line_id"]]
+    m = m.sort_values("start_ns", kind="stable", ignore_index=True)
+    keys = [m["host"], m["plane"], m["line_id"]]
     restart = m.groupby(keys, observed=True, sort=False)["step_num"].diff().lt(0)
-    m = m.assign(epoch=restart.groupby(keys, observed=True, sort=False).cumsum().astype(np.int64))
+    m["epoch"] = restart.groupby(keys, observed=True, sort=False).cumsum().astype(np.int64)
+    per_thread = m.groupby(keys, observed=True).size()
+    if len(per_thread) > 1 and m["epoch"].max() > 0:
+        # Workers' windows start in different epochs and their clocks differ: each marker takes
+        # the epoch of the busiest thread's marker of its number nearest in time.
+        host, plane, line_id = per_thread.idxmax()
+        main = m.loc[(m["host"] == host) & (m["plane"] == plane) & (m["line_id"] == line_id),
+                     ["start_ns", "step_num", "epoch"]]
+        near = pd.merge_asof(m[["start_ns", "step_num"]], main.rename(columns={"epoch": "e"}),
+                             on="start_ns", by="step_num", direction="nearest")
+        m["epoch"] = near["e"].fillna(m["epoch"]).astype(np.int64).to_numpy()
     w = m.groupby(["epoch", "step_num"]).agg(start_ns=("start_ns", "min"),
                                              end_ns=("end_ns", "max")).reset_index()
     if w["epoch"].iat[-1] > 0:
         num = w["step_num"].to_numpy(np.int64)
-        gaps = np.diff(num)[np.diff(w["epoch"].to_numpy()) == 0]
-        gap = int(np.median(gaps)) if len(gaps) else 1
         last = w.groupby("epoch")["step_num"].max().to_numpy(np.int64)
-        offset = np.concatenate(([0], np.cumsum(last[:-1] + gap)))
+        offset = np.concatenate(([0], np.cumsum(last[:-1] + _stride(num, w["epoch"].to_numpy()))))
         w["step_num"] = num + offset[w["epoch"].to_numpy()]
     return w.rename(columns={"step_num": "step"})[["step", "start_ns", "end_ns", "epoch"]]
+
+
+def _stride(num: np.ndarray, epoch: np.ndarray) -> int:
+    """The gap between consecutive step numbers within an epoch (Keras: steps_per_execution)."""
+    gaps = np.diff(num)[np.diff(epoch) == 0]
+    return max(int(np.median(gaps)), 1) if len(gaps) else 1
 
 
 def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
@@ -643,8 +657,7 @@ def _epoch_rows(windows: pd.DataFrame) -> int | None:
     if len(per_epoch) > 2:
         return int(np.median(per_epoch[1:-1]))
     step = windows["step"].to_numpy(np.int64)
-    gaps = np.diff(step)[np.diff(epoch) == 0]
-    return int(step[epoch == 0].max() // max(int(np.median(gaps)) if len(gaps) else 1, 1) + 1)
+    return int(step[epoch == 0].max() // _stride(step, epoch) + 1)
 
 
 def _trim_edges(events: pd.DataFrame, windows: pd.DataFrame

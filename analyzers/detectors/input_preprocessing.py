@@ -44,8 +44,10 @@ LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequen
 _KERAS_PYDATASET = ("a Keras PyDataset or Sequence: produce its batches in processes, "
                     "PyDataset(workers=N, use_multiprocessing=True) (Keras 2: fit(workers=N, "
                     "use_multiprocessing=True)), not threads, which hold the GIL against the "
-                    "training loop; with workers > 1 Keras prefetches into its own queue "
-                    "(max_queue_size) instead of a tf.data prefetch")
+                    "training loop (already in processes: more workers, or less Python per "
+                    "batch, whole-batch NumPy instead of a loop over examples); with workers > "
+                    "1 Keras prefetches into its own queue (max_queue_size) instead of a "
+                    "tf.data prefetch")
 
 _FIXES = {
     "decompression": ({"compression": "none"}, "store records uncompressed (or decompress once "
@@ -204,7 +206,7 @@ def detect(ctx: Context) -> Finding | None:
             change, text = _FIXES[cause]
             changes.update(change)
             remedies.append(text)
-    if pipe.generator and {"python_function", "no_prefetch"} & set(causes):
+    if pipe.generator and "python_function" in causes:
         remedies.append(_KERAS_PYDATASET)
     if not remedies:
         remedies.append("move per-batch CPU work out of the training job (preprocess offline, "

@@ -60,7 +60,6 @@ from analyzers.steps import (
     IDLE,
     TRAINING_OPS_RATIO,
     covered_ns,
-    inside,
     marker_family,
 )
 
@@ -224,8 +223,9 @@ def detect(ctx: Context) -> Finding | None:
                 sorted(grew.items(), key=lambda x: -x[1])) if i == 0 or ms >= 0.1 * excess),
         _cause_line(ctx, cause, named, stalled, typical, states),
     ]
-    also = [c for c, _ in _CAUSES
-            if c != cause and named.get(c, 0.0) >= MIN_ALSO_SHARE * excess / 1e6]
+    # Beside a named cause only: without one, the remedy is that nothing explains the stalls.
+    also = [c for c, _ in _CAUSES if cause in _REMEDIES and c != cause
+            and named.get(c, 0.0) >= MIN_ALSO_SHARE * excess / 1e6]
     if also:
         evidence.append("also in those steps: " + ", ".join(
             f"{_LABELS[c]} +{named[c]:.1f} ms ({named[c] * 1e6 / excess:.0%} of the excess)"
@@ -285,9 +285,10 @@ def _period_words(period: int | None, saved: float, median: float,
         return (f": each at an epoch's end ({period} steps an epoch), so {saved:.0%} of each "
                 "epoch's time")
     # One epoch's end and no epoch length: the window's share stands in for it.
-    return (f": at an epoch's end; the window does not show an epoch's length, so the estimate "
-            f"is the window's share (with E steps an epoch: {per_epoch / 1e6:.1f} / "
-            f"(E x {median / 1e6:.1f} + {per_epoch / 1e6:.1f}) ms)")
+    return (": where the input started over (a new iterator: an epoch's or a fit() call's "
+            "start); the window does not show an epoch's length, so the estimate "
+            f"is the window's share (with E steps an epoch: e / (E x m + e), e = "
+            f"{per_epoch / 1e6:.1f} ms, m = {median / 1e6:.1f} ms)")
 
 
 def _epoch_ends(ctx: Context) -> tuple[np.ndarray, int | None]:
@@ -299,7 +300,7 @@ def _epoch_ends(ctx: Context) -> tuple[np.ndarray, int | None]:
     if steps.epoch_rows:
         return steps.epoch_ends, steps.epoch_rows
     ev = ctx.events
-    made = cat_mask(ev["name"], _CAUSES[-1][1].match)
+    made = cat_mask(ev["name"], dict(_CAUSES)["new_iterator"].match)
     rows = np.unique(steps.row_at(ev["start_ns"].to_numpy(np.int64)[made]))
     rows = rows[rows >= 0]
     gaps = np.diff(rows)
@@ -427,8 +428,11 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     n_typical = np.bincount(codes[typical[step]], minlength=m)
     new = n_typical * scale < NEW_WORK_SHARE * n_stalled
     in_stalled_rows = stalled[step]
+    other_work = np.logical_or.reduce([sel for c, sel in groups.items() if c != "evaluation"])
     groups["evaluation"] |= _forward_only(ev, names, new & (grew > 0), in_stalled_rows,
-                                          typical[step], int(typical.sum()))
+                                          typical[step], int(typical.sum()),
+                                          np.append(n_typical > 0, False),
+                                          np.append(other_work, False))
     if (groups["new_iterator"] & (n_stalled > 0)).any():
         groups["new_iterator"] |= np.array([bool(_TEARDOWN.match(x)) for x in names], dtype=bool)
     groups["extra_work"] = new
@@ -441,32 +445,44 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
 
 
 def _forward_only(ev: pd.DataFrame, names: list[str], candidates: np.ndarray,
-                  stalled_rows: np.ndarray, typical_rows: np.ndarray, n_typical: int
-                  ) -> np.ndarray:
+                  stalled_rows: np.ndarray, typical_rows: np.ndarray, n_typical: int,
+                  in_typical: np.ndarray, other_work: np.ndarray) -> np.ndarray:
     """Per name, whether it is a tf.function call among `candidates` whose calls in the stalled
-    steps (`stalled_rows` of the in-step events `ev`) hold ops but no backward-pass or optimizer
-    op: an evaluation or prediction function. Where no op in the trace has such a name (XLA
-    names kernels after HLO), a call that runs under 1/TRAINING_OPS_RATIO of a typical step's
-    ops. The step's thread waits in the call while executor threads run its ops; training
-    does not run beside it."""
+    steps (`stalled_rows` of the in-step events `ev`) run the model's ops (names typical steps
+    run too: `in_typical`) but no backward-pass or optimizer op and no other named work
+    (`other_work`: a function that writes summaries is summary work): an evaluation or
+    prediction function. Where no op in the trace has a backward name (XLA names kernels after
+    HLO), a call that runs under 1/TRAINING_OPS_RATIO of a typical step's ops. The step's
+    thread waits in its call while executor threads run the ops, one call after another."""
     out = np.zeros(len(names), dtype=bool)
-    calls = [i for i in np.flatnonzero(candidates).tolist() if _FUNCTION_CALL.match(names[i])]
-    if not calls:
-        return out
     codes = ev["name"].array.codes
+    is_call = np.zeros(len(names) + 1, dtype=bool)
+    is_call[[i for i in np.flatnonzero(candidates).tolist()
+             if _FUNCTION_CALL.match(names[i])]] = True
+    calls = np.flatnonzero(stalled_rows & is_call[codes])
+    if not len(calls):
+        return out
     starts, ends = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
+    calls = calls[np.argsort(starts[calls], kind="stable")]
     is_op = ev["kind"].isin(OP_KINDS).to_numpy()
     ops = np.flatnonzero(stalled_rows & is_op)
-    named = np.array([bool(TRAINING_OP.search(x)) for x in names], dtype=bool)
-    by_name = bool(named[codes[is_op]].any())
-    per_step = (is_op & typical_rows).sum() / max(n_typical, 1)
-    for i in calls:
-        mine = stalled_rows & (codes == i)
-        held = inside(starts[ops], starts[mine], ends[mine])
-        out[i] = bool(held.any()) and (
-            not named[codes[ops[held]]].any() if by_name
-            else held.sum() / mine.sum() * TRAINING_OPS_RATIO <= per_step)
-    return out
+    at = np.searchsorted(starts[calls], starts[ops], side="right") - 1
+    held = at >= 0
+    held[held] = starts[ops[held]] < ends[calls[at[held]]]
+    ops, owner = ops[held], codes[calls[at[held]]]
+    training = np.array([bool(TRAINING_OP.search(x)) for x in names] + [False])
+    m = len(names)
+    n_ops = np.bincount(owner, minlength=m)
+    n_calls = np.bincount(codes[calls], minlength=m)
+    trains = np.bincount(owner, weights=training[codes[ops]], minlength=m) > 0
+    model = np.bincount(owner, weights=in_typical[codes[ops]], minlength=m) > 0
+    other = np.bincount(owner, weights=other_work[codes[ops]], minlength=m) > 0
+    if training[codes[is_op]].any():
+        out = (n_ops > 0) & model & ~trains & ~other
+    else:
+        per_step = (is_op & typical_rows).sum() / max(n_typical, 1)
+        out = (n_ops > 0) & ~other & (n_ops * TRAINING_OPS_RATIO <= per_step * n_calls)
+    return out & is_call[:m]
 
 
 # Stalls this share of the longest one or more make the cycle when all of them do not.

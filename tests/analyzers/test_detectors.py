@@ -296,6 +296,8 @@ def test_python_functions_in_the_pipeline_are_named(tmp_path, generator):
     assert "100 Python function calls per step" in text
     assert ("from_generator" in text) == generator
     assert "GIL" in f.remedy
+    # A generator is what a Keras PyDataset becomes: worker processes, not threads.
+    assert ("use_multiprocessing=True" in f.remedy) == generator
 
 
 def test_cheap_python_function_is_not_a_cause(tmp_path):

@@ -32,13 +32,14 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
         evals: int = 0,
         eval_ms: float = 2.0, eval_marker: str | None = None, eval_trains: bool = False,
         new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN,
-        xla: bool = False) -> Path:
+        xla: bool = False, eval_op: str | None = None) -> Path:
     """A fit of `epochs` x `per_epoch` batches of `step_ms`. Markers named `markers` (None: no
     marker, steps come from the calls) numbered from 0 in each epoch, or on through the run
     (`number_on`), `stride` apart (Keras numbers by steps_per_execution). After each epoch but
     the last: `evals` evaluation calls of `eval_ms` (each in an `eval_marker` marker when given;
     with backward ops too when `eval_trains`), and with `new_iterator` a new iterator made and
-    the old one torn down (`teardown_ms`). `xla`: kernels named as XLA names them."""
+    the old one torn down (`teardown_ms`). `xla`: kernels named as XLA names them; `eval_op`:
+    what the evaluation calls run instead of the forward op."""
     forward, backward = (XLA_FORWARD, XLA_BACKWARD) if xla else (FORWARD, BACKWARD)
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
@@ -63,7 +64,7 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
             if eval_marker:
                 main.event(eval_marker, t, int(eval_ms * MS) - 1000, step_num=j, _r=1)
             main.event(eval_fn, t + 1000, int(eval_ms * MS) - 2000)
-            comp.event(forward, t + 2000, int(eval_ms * MS) // 2)
+            comp.event(eval_op or forward, t + 2000, int(eval_ms * MS) // 2)
             if eval_trains:
                 for k, op in enumerate(backward):
                     comp.event(op, t + 2000 + int(eval_ms * MS) // 2 + k * 200_000, 100_000)
@@ -153,9 +154,14 @@ def test_evaluation_at_epoch_ends_is_named_and_costed_per_epoch(tmp_path):
     assert f.step_fraction == pytest.approx(80 / (12 * 10 + 80), rel=0.02)
     assert "validation_freq" in f.remedy
     assert f.top_events[0]["name"] == EVAL_FN and f.top_events[0]["count"] == 80
-    # The same calls with a backward pass are not evaluation: work only those steps do.
+    # The same calls with a backward pass are not evaluation: work only those steps do; nor
+    # are calls that write summaries (no op of the model's).
     trains = stalls(fit(tmp_path / "trains", evals=40, eval_trains=True))
     assert trains.numbers["cause"] == "extra_work"
+    summaries = stalls(fit(tmp_path / "summaries", evals=40,
+                           eval_op="summary/WriteScalarSummary:WriteScalarSummary"))
+    assert summaries.numbers["cause"] == "summary"
+    assert "evaluation" not in summaries.numbers["named_ms"]
 
 
 def test_a_new_iterator_at_epoch_ends_is_named(tmp_path):
@@ -172,6 +178,11 @@ def test_a_new_iterator_at_epoch_ends_is_named(tmp_path):
     assert set(both.numbers["named_ms"]) == {"evaluation", "new_iterator"}
     assert any(e.startswith("also in those steps: evaluation +79.9 ms") for e in both.evidence)
     assert "Also (evaluation): Evaluate less often" in both.remedy
+    # Named work under MIN_ALSO_SHARE of the excess (2 evaluation calls: 4 ms of ~130) is not
+    # listed.
+    few = stalls(fit(tmp_path / "few", evals=2, new_iterator=True, teardown_ms=60.0))
+    assert not any(e.startswith("also in those steps") for e in few.evidence)
+    assert "Also (" not in few.remedy
     # One iterator through the run (a repeated dataset): even steps, no finding.
     assert stalls(fit(tmp_path / "repeat")) is None
 
@@ -184,3 +195,22 @@ def test_without_markers_the_epoch_comes_from_the_new_iterators(tmp_path):
     one = stalls(fit(tmp_path / "two", markers=None, epochs=2, new_iterator=True))
     assert one.numbers["period_steps"] is None
     assert any("the window does not show an epoch's length" in e for e in one.evidence)
+
+
+def test_workers_whose_windows_start_in_different_epochs(tmp_path):
+    """Two workers' markers, the second's clock 0.3 ms ahead and its window opening after its
+    epoch's restart: its 12 batches are the first worker's epoch 1, not its epoch 0 (which
+    held batches 10 and 11 only)."""
+    for host, nums in (("worker0", [(10, 0), (11, 10)] + [(i, 70 + 10 * i) for i in range(12)]),
+                       ("worker1", [(i, 70 + 10 * i) for i in range(12)])):
+        b = XSpaceBuilder()
+        plane = b.plane("/host:CPU")
+        main, comp = plane.line("python3", line_id=1), plane.line("tf_Compute/11", line_id=11)
+        skew = 300_000 if host == "worker1" else 0
+        for num, t in nums:
+            main.event("train", t * MS + skew, 10 * MS - 1000, step_num=num, _r=1)
+            comp.event(BACKWARD[0], t * MS + skew + MS, 8 * MS)
+        b.write(tmp_path, host=host)
+    steps = analyze(tmp_path).ctx.steps
+    assert steps.table["step"].tolist() == [10, 11, *range(12, 24)]
+    assert steps.epoch_ends.tolist() == [1] and steps.epoch_rows == 12
