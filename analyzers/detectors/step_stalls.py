@@ -80,12 +80,21 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
     # A new input iterator made from Python: the data started over (an epoch). Its
     # predecessor's teardown is counted with it (_TEARDOWN).
-    ("new_iterator", re.compile(r"^EagerLocalExecute: (MakeIterator|AnonymousIterator\w*)$")),
+    ("new_iterator", re.compile(r"^EagerLocalExecute: (MakeIterator|AnonymousIterator\w*|"
+                                r"MultiDeviceIteratorInit|AnonymousMultiDeviceIterator\w*)$")),
 )
 # An iterator stops its threads and frees its buffers when its last handle goes: in eager mode a
 # TFE_DeleteTensorHandle on the Python thread (62.6 ms at a Keras 3 epoch's end, where typical
 # steps' take microseconds; docs/trace-signals.md, "Epochs and validation").
 _TEARDOWN = re.compile(r"^(TFE_DeleteTensorHandle|EagerLocalExecute: DeleteIterator)$")
+# A distributed dataset's new iterator (tf.distribute's MultiDeviceIterator, Keras fit under
+# MirroredStrategy) makes a generator dataset per device and traces its functions each time:
+# that tracing is the iterator's, not a retraced step (5 graph buildings an epoch's end beside
+# MultiDeviceIteratorInit; docs/trace-signals.md, "Epochs and validation").
+_DISTRIBUTED = re.compile(r"^EagerLocalExecute: (MultiDeviceIteratorInit|"
+                          r"AnonymousMultiDeviceIterator\w*)$")
+_DISTRIBUTED_MAKING = re.compile(rf"^(EagerLocalExecute: GeneratorDataset|"
+                                 rf"{re.escape(GRAPH_BUILDING)})$")
 # A tf.function's call: one that runs ops but no backward pass or update (TRAINING_OP) evaluates
 # or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
 _FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
@@ -435,6 +444,10 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
                                           np.append(other_work, False))
     if (groups["new_iterator"] & (n_stalled > 0)).any():
         groups["new_iterator"] |= np.array([bool(_TEARDOWN.match(x)) for x in names], dtype=bool)
+        if any(n_stalled[i] and _DISTRIBUTED.match(x) for i, x in enumerate(names)):
+            making = np.array([bool(_DISTRIBUTED_MAKING.match(x)) for x in names], dtype=bool)
+            groups["new_iterator"] |= making
+            groups["graph_building"] &= ~making
     groups["extra_work"] = new
     for cause, sel in groups.items():
         sel &= grew > 0

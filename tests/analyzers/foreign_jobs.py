@@ -75,6 +75,8 @@ MODE:
   the 32nd batch: the window holds two epochs' ends. The dataset as it is (a new iterator every
   epoch) or repeated with steps_per_epoch=12 (one iterator). `keras_validation`: the first with
   `validation_data` of 24 batches, profiled around the whole fit (tf.profiler start/stop).
+  `<either>_mirrored`: the first two under MirroredStrategy over 2 logical CPU devices (Keras
+  distributes the dataset: per-device iterators each epoch).
 - `pydataset` / `pydataset_threads` / `pydataset_processes`: Keras fit of a 64-256-1 MLP on a
   Keras 3 `PyDataset` whose `__getitem__` builds each batch of 256 rows one example at a time
   in NumPy (~4 ms a batch): one worker (Keras adds a tf.data prefetch), 4 worker threads, or 4
@@ -652,14 +654,23 @@ elif mode in ("hashing_in_model", "hashing_in_pipeline", "lookup_in_model"):
         ds = ds.map(lambda f, y: ({k: prep[k](v) if k in prep else v for k, v in f.items()}, y),
                     num_parallel_calls=tf.data.AUTOTUNE)
     fit_timed(model, ds.prefetch(2), timed=10, then=15)
-elif mode in ("keras_epochs", "keras_epochs_repeat", "keras_validation"):
+elif mode in ("keras_epochs", "keras_epochs_repeat", "keras_validation", "keras_epochs_mirrored",
+              "keras_epochs_repeat_mirrored"):
+    scope = contextlib.nullcontext()
+    if mode.endswith("_mirrored"):
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        scope = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope()
+
     def batches(n: int) -> tf.data.Dataset:
         x = rng.normal(size=(n * 256, 64)).astype("float32")
         return tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype("float32"))).batch(
             256).map(lambda a, b: (a * 1.0, b)).prefetch(2)
-    model = mlp(64, 512, 512)
-    fit = ({"x": batches(12).repeat(), "steps_per_epoch": 12} if mode == "keras_epochs_repeat"
-           else {"x": batches(12)})
+    with scope:
+        model = mlp(64, 512, 512)
+    fit = ({"x": batches(12).repeat(), "steps_per_epoch": 12}
+           if mode.startswith("keras_epochs_repeat") else {"x": batches(12)})
     if mode == "keras_validation":
         fit["validation_data"] = batches(24)
     class Clock(tf.keras.callbacks.Callback):

@@ -32,14 +32,16 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
         evals: int = 0,
         eval_ms: float = 2.0, eval_marker: str | None = None, eval_trains: bool = False,
         new_iterator: bool = False, teardown_ms: float = 40.0, eval_fn: str = EVAL_FN,
-        xla: bool = False, eval_op: str | None = None) -> Path:
+        xla: bool = False, eval_op: str | None = None, tracing_ms: float = 0.0,
+        distributed: bool = False) -> Path:
     """A fit of `epochs` x `per_epoch` batches of `step_ms`. Markers named `markers` (None: no
     marker, steps come from the calls) numbered from 0 in each epoch, or on through the run
     (`number_on`), `stride` apart (Keras numbers by steps_per_execution). After each epoch but
     the last: `evals` evaluation calls of `eval_ms` (each in an `eval_marker` marker when given;
     with backward ops too when `eval_trains`), and with `new_iterator` a new iterator made and
     the old one torn down (`teardown_ms`). `xla`: kernels named as XLA names them; `eval_op`:
-    what the evaluation calls run instead of the forward op."""
+    what the evaluation calls run instead of the forward op; `tracing_ms` of graph building
+    with the new iterator, made by tf.distribute's MultiDeviceIteratorInit when `distributed`."""
     forward, backward = (XLA_FORWARD, XLA_BACKWARD) if xla else (FORWARD, BACKWARD)
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
@@ -69,6 +71,12 @@ def fit(tmp: Path, *, epochs: int = 3, per_epoch: int = 12, step_ms: float = 10.
                 for k, op in enumerate(backward):
                     comp.event(op, t + 2000 + int(eval_ms * MS) // 2 + k * 200_000, 100_000)
             t += int(eval_ms * MS)
+        if new_iterator and distributed:
+            main.event("EagerLocalExecute: MultiDeviceIteratorInit", t, 2 * MS)
+            t += 2 * MS
+        if tracing_ms:
+            main.event("tf.function-graph_building", t, int(tracing_ms * MS))
+            t += int(tracing_ms * MS)
         if new_iterator:
             main.event("EagerLocalExecute: MakeIterator", t, 3 * MS)
             main.event("TFE_DeleteTensorHandle", t + 3 * MS, int(teardown_ms * MS))
@@ -185,6 +193,19 @@ def test_a_new_iterator_at_epoch_ends_is_named(tmp_path):
     assert "Also (" not in few.remedy
     # One iterator through the run (a repeated dataset): even steps, no finding.
     assert stalls(fit(tmp_path / "repeat")) is None
+
+
+def test_a_distributed_iterator_s_tracing_is_the_iterator_s(tmp_path):
+    """tf.distribute traces per-device functions for each new MultiDeviceIterator: that graph
+    building is the new iterator's cost, not a retraced step. Beside a plain iterator, the
+    same tracing stays a cause of its own."""
+    f = stalls(fit(tmp_path / "dist", new_iterator=True, tracing_ms=60.0, distributed=True))
+    assert f.numbers["cause"] == "new_iterator" and "graph_building" not in f.numbers["named_ms"]
+    assert f.numbers["named_ms"]["new_iterator"] == pytest.approx(2 * (2 + 60 + 3 + 40),
+                                                                  rel=0.01)
+    plain = stalls(fit(tmp_path / "plain", new_iterator=True, tracing_ms=60.0))
+    assert plain.numbers["cause"] == "graph_building"
+    assert set(plain.numbers["named_ms"]) == {"graph_building", "new_iterator"}
 
 
 def test_without_markers_the_epoch_comes_from_the_new_iterators(tmp_path):
