@@ -99,6 +99,8 @@ _DISTRIBUTED_MAKING = re.compile(rf"^(EagerLocalExecute: GeneratorDataset|"
 # or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
 _FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
 _UNNAMED = frozenset({"input_wait", IDLE})
+# Stalls at epochs' ends holding this share of the excess are epoch-end stalls.
+AT_ENDS_SHARE = 0.7
 # Growth of this share of the excess explains a stall; other named work of MIN_ALSO_SHARE is
 # listed beside it, with its remedy.
 MIN_CAUSE_SHARE = 0.3
@@ -196,16 +198,21 @@ def detect(ctx: Context) -> Finding | None:
     step_numbers = t["step"].to_numpy()[stalled].tolist()
     ends, epoch_rows = _epoch_ends(ctx)
     # Stalls at epochs' ends (or in the first step after one, a new iterator's warm-up) come
-    # once an epoch, however the window cuts the epochs.
-    at_ends = bool(len(ends)) and bool(np.isin(np.flatnonzero(stalled),
-                                               np.concatenate((ends, ends + 1))).all())
+    # once an epoch, however the window cuts the epochs; a small stall elsewhere (a CI run's
+    # 15 ms beside two of 230) does not make them something else.
+    at_end = stalled & np.isin(np.arange(n), np.concatenate((ends, ends + 1)))
+    end_excess = float((dur[at_end] - median).sum())
+    at_ends = bool(at_end.any()) and end_excess >= AT_ENDS_SHARE * excess
+    rest = 0.0
     if at_ends and epoch_rows:
-        period, per_cycle = epoch_rows, excess / len(ends)
+        period, per_cycle = epoch_rows, end_excess / len(ends)
+        # The other stalls: their share of the window.
+        rest = (excess - end_excess) / float(dur.sum())
     else:
         period, cycle = _cycle(np.flatnonzero(stalled), dur, n)
         # Per cycle: where the window cuts the cycle does not matter then.
         per_cycle = float((dur[cycle] - median).sum()) / len(cycle) if period else 0.0
-    saved = (per_cycle / (period * median + per_cycle) if period
+    saved = (per_cycle / (period * median + per_cycle) + rest if period
              else excess / float(dur.sum()))
     if saved < MIN_EXCESS_SHARE:
         return None
@@ -226,7 +233,8 @@ def detect(ctx: Context) -> Finding | None:
         f"{excess / 1e6:.1f} ms beyond the median, {excess / float(dur.sum()):.0%} of the "
         "window's step time",
         f"steps {_list(str(s) for s in step_numbers)}" + _period_words(
-            period, saved, median, excess / max(len(ends), 1) if at_ends else None),
+            period, saved, median, end_excess / max(len(ends), 1) if at_ends else None,
+            int(at_end.sum()) < k),
         "in those steps, beyond as many typical steps: " + ", ".join(
             f"{c} +{ms / 1e6:.1f} ms" for i, (c, ms) in enumerate(
                 sorted(grew.items(), key=lambda x: -x[1])) if i == 0 or ms >= 0.1 * excess),
@@ -286,16 +294,17 @@ def detect(ctx: Context) -> Finding | None:
 
 
 def _period_words(period: int | None, saved: float, median: float,
-                  per_epoch: float | None) -> str:
+                  per_epoch: float | None, others: bool = False) -> str:
     if per_epoch is None:
         return (f": every {period} steps, so {saved:.0%} of the time of each {period}-step cycle"
                 if period else "")
+    which = "the longest " if others else ""
     if period:
-        return (f": each at an epoch's end ({period} steps an epoch), so {saved:.0%} of each "
-                "epoch's time")
+        return (f": {which or 'each '}at an epoch's end ({period} steps an epoch), so "
+                f"{saved:.0%} of each epoch's time")
     # One epoch's end and no epoch length: the window's share stands in for it.
-    return (": where the input started over (a new iterator: an epoch's or a fit() call's "
-            "start); the window does not show an epoch's length, so the estimate "
+    return (f": {which}where the input started over (a new iterator: an epoch's or a fit() "
+            "call's start); the window does not show an epoch's length, so the estimate "
             f"is the window's share (with E steps an epoch: e / (E x m + e), e = "
             f"{per_epoch / 1e6:.1f} ms, m = {median / 1e6:.1f} ms)")
 
