@@ -99,8 +99,9 @@ _DISTRIBUTED_MAKING = re.compile(rf"^(EagerLocalExecute: GeneratorDataset|"
 # or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
 _FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
 _UNNAMED = frozenset({"input_wait", IDLE})
-# Stalls at epochs' ends holding this share of the excess are epoch-end stalls.
-AT_ENDS_SHARE = 0.7
+# Stalls at epochs' ends holding this share of the excess or more (most of it) are epoch-end
+# stalls.
+AT_ENDS_SHARE = 0.5
 # Growth of this share of the excess explains a stall; other named work of MIN_ALSO_SHARE is
 # listed beside it, with its remedy.
 MIN_CAUSE_SHARE = 0.3
