@@ -127,6 +127,11 @@ _FRAMEWORK = re.compile(
 # validation").
 TRAINING_OP = re.compile(r"(?:^|/)(?:gradient_tape|gradients(?:_\d+)?)/|:\w*Grad$|"
                          r":(?:Resource)?(?:Sparse)?Apply[A-Z]\w*$")
+# A new input iterator made from Python (iter(dataset), Keras fit each epoch; tf.distribute's
+# MultiDeviceIterator under a strategy): the data started over (docs/trace-signals.md, "Epochs
+# and validation").
+NEW_ITERATOR = re.compile(r"^EagerLocalExecute: (MakeIterator|AnonymousIterator\w*|"
+                          r"MultiDeviceIteratorInit|AnonymousMultiDeviceIterator\w*)$")
 # Event kinds that are ops running (host ops, device kernels, the host's launches of them).
 OP_KINDS = frozenset({"host_op", "launch", "device_compute"})
 # Tracing a tf.function's Python body; conversions inside it are symbolic (graph construction).

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import (
+    NEW_ITERATOR,
     OP_KINDS,
     SESSION_RUN,
     STEPS_LINE,
@@ -104,9 +105,10 @@ class Steps:
     # Window-edge steps left out of the table (_trim_edges): step, start_ns, end_ns, dur_ns,
     # x_median (their length over the median step), warmup (tracing or compilation in them).
     left_out: list[dict] = field(default_factory=list)
-    # Rows of the table whose step holds an epoch's end (the next one is another epoch's: what
-    # runs between epochs, evaluation and a new iterator, is in it), and the steps of an epoch
-    # when the markers say (_by_epoch, _epoch_rows).
+    # Rows of the table whose step holds an epoch's end (what runs between epochs, evaluation
+    # and a new iterator, is in it), and the steps of an epoch when known: from the markers'
+    # numbers (_by_epoch, _epoch_rows), else the steps in which Python made a new input iterator
+    # (_iterator_epochs).
     epoch_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
     epoch_rows: int | None = None
 
@@ -125,11 +127,8 @@ class Steps:
 
     def row_at(self, t: np.ndarray) -> np.ndarray:
         """Per instant (ns), the table row of the step holding it; -1 outside every step."""
-        start = self.table["start_ns"].to_numpy(np.int64)
-        end = self.table["end_ns"].to_numpy(np.int64)
-        i = np.searchsorted(start, t, side="right") - 1
-        return np.where((i >= 0) & (t < end[np.maximum(i, 0)]), i, -1) if len(start) else (
-            np.full(len(t), -1))
+        return window_at(self.table["start_ns"].to_numpy(np.int64),
+                         self.table["end_ns"].to_numpy(np.int64), t)
 
     def mean_step_ns(self) -> float:
         """The mean step, which sets throughput (stalls included, unlike the median)."""
@@ -630,10 +629,12 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
         return Steps(pd.DataFrame(columns=cols, dtype=np.int64), source)
     epoch_rows = _epoch_rows(windows)
     windows, left_out = _trim_edges(events, windows)
-    epoch_ends = (np.flatnonzero(np.diff(windows["epoch"].to_numpy()) > 0)
-                  if "epoch" in windows else np.zeros(0, np.intp))
     w_start = windows["start_ns"].to_numpy(np.int64)
     w_end = windows["end_ns"].to_numpy(np.int64)
+    if epoch_rows:
+        epoch_ends = np.flatnonzero(np.diff(windows["epoch"].to_numpy()) > 0)
+    else:
+        epoch_ends, epoch_rows = _iterator_epochs(events, w_start, w_end)
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
     cover = _cumulative_cover(events, w_start, w_end).astype(np.int64)
@@ -644,6 +645,28 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     out[IDLE] = out["dur_ns"] - prev
     return Steps(out[cols].astype(np.int64), source, line, thread, left_out, epoch_ends,
                  epoch_rows)
+
+
+def window_at(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per instant, the index of the sorted, disjoint window [start, end) holding it; -1
+    outside every window."""
+    if not len(start):
+        return np.full(len(t), -1)
+    i = np.searchsorted(start, t, side="right") - 1
+    return np.where((i >= 0) & (t < end[np.maximum(i, 0)]), i, -1)
+
+
+def _iterator_epochs(events: pd.DataFrame, w_start: np.ndarray, w_end: np.ndarray
+                     ) -> tuple[np.ndarray, int | None]:
+    """Without step numbers that start over: the windows in which Python made a new input
+    iterator (an epoch's or a fit() call's start), an epoch as long as the constant gap
+    between them."""
+    at = events["start_ns"].to_numpy(np.int64)[cat_mask(events["name"], NEW_ITERATOR.match)]
+    rows = np.unique(window_at(w_start, w_end, at))
+    rows = rows[rows >= 0]
+    gaps = np.diff(rows)
+    return rows, (int(gaps[0]) if len(gaps) and (gaps == gaps[0]).all() and gaps[0] >= 2
+                  else None)
 
 
 def _epoch_rows(windows: pd.DataFrame) -> int | None:

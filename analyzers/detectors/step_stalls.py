@@ -51,7 +51,7 @@ from analyzers.detectors import (
     io_stall,
     run_detector,
 )
-from analyzers.events import GRAPH_BUILDING, OP_KINDS, TRAINING_OP, cat_mask
+from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
@@ -80,8 +80,7 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
     # A new input iterator made from Python: the data started over (an epoch). Its
     # predecessor's teardown is counted with it (_TEARDOWN).
-    ("new_iterator", re.compile(r"^EagerLocalExecute: (MakeIterator|AnonymousIterator\w*|"
-                                r"MultiDeviceIteratorInit|AnonymousMultiDeviceIterator\w*)$")),
+    ("new_iterator", NEW_ITERATOR),
 )
 # An iterator stops its threads and frees its buffers when its last handle goes: in eager mode a
 # TFE_DeleteTensorHandle on the Python thread (62.6 ms at a Keras 3 epoch's end, where typical
@@ -197,7 +196,7 @@ def detect(ctx: Context) -> Finding | None:
     k = int(stalled.sum())
     excess = float((dur[stalled] - median).sum())
     step_numbers = t["step"].to_numpy()[stalled].tolist()
-    ends, epoch_rows = _epoch_ends(ctx)
+    ends, epoch_rows = ctx.steps.epoch_ends, ctx.steps.epoch_rows
     # Stalls at epochs' ends (or in the first step after one, a new iterator's warm-up) come
     # once an epoch, however the window cuts the epochs; a small stall elsewhere (a CI run's
     # 15 ms beside two of 230) does not make them something else.
@@ -308,23 +307,6 @@ def _period_words(period: int | None, saved: float, median: float,
             "call's start); the window does not show an epoch's length, so the estimate "
             f"is the window's share (with E steps an epoch: e / (E x m + e), e = "
             f"{per_epoch / 1e6:.1f} ms, m = {median / 1e6:.1f} ms)")
-
-
-def _epoch_ends(ctx: Context) -> tuple[np.ndarray, int | None]:
-    """The table rows whose step holds an epoch's end, and the steps of an epoch when known:
-    from the markers' step numbers (steps.Steps.epoch_ends), else the steps in which Python
-    made a new input iterator (iter(dataset) each epoch, Keras' fit), an epoch as long as the
-    constant gap between them."""
-    steps = ctx.steps
-    if steps.epoch_rows:
-        return steps.epoch_ends, steps.epoch_rows
-    ev = ctx.events
-    made = cat_mask(ev["name"], dict(_CAUSES)["new_iterator"].match)
-    rows = np.unique(steps.row_at(ev["start_ns"].to_numpy(np.int64)[made]))
-    rows = rows[rows >= 0]
-    gaps = np.diff(rows)
-    return rows, (int(gaps[0]) if len(gaps) and (gaps == gaps[0]).all() and gaps[0] >= 2
-                  else None)
 
 
 def _owner(ctx: Context, cause: str | None) -> str | None:
