@@ -15,6 +15,7 @@ import pandas as pd
 
 from analyzers.events import (
     EndTimes,
+    Thread,
     cat_mask,
     chunks,
     is_device_plane,
@@ -74,22 +75,25 @@ class Context:
                  line: str | Callable[[str], object] | None = None,
                  name: Callable[[str], object] | None = None,
                  plane: Callable[[str], object] | None = None,
-                 thread: tuple[str, object] | None = None,
+                 thread: Thread | None = None,
+                 host: str | None = None,
                  columns: Iterable[str] = IN_STEP_COLUMNS) -> pd.DataFrame:
-        """The events of `kinds`, on `line` (a name, or a test of the name) and `thread`
-        ((plane, line id) such as Steps.thread: several threads share the line name `python`),
-        whose name and plane pass `name` and `plane` (each filter only when given), clipped to
-        the step windows: one row per part of an event inside a step (an event spanning two
-        steps appears twice, each part with its clipped times), in event order. Only the asked
-        `columns` (of IN_STEP_COLUMNS) are built: detectors ask for a few kinds and columns, so
-        no clipped copy of the whole table is ever made."""
+        """The events of `kinds`, on `line` (a name, or a test of the name), `thread` ((host,
+        plane, line id) such as Steps.thread: several threads share the line name `python`) and
+        `host`, whose name and plane pass `name` and `plane` (each filter only when given),
+        clipped to the step windows: one row per part of an event inside a step (an event
+        spanning two steps appears twice, each part with its clipped times), in event order.
+        Only the asked `columns` (of IN_STEP_COLUMNS) are built: detectors ask for a few kinds
+        and columns, so no clipped copy of the whole table is ever made."""
         ev = self.events
         columns = list(columns)
         tests = [("kind", None if kinds is None else set(kinds).__contains__),
                  ("line", line.__eq__ if isinstance(line, str) else line), ("name", name),
-                 ("plane", plane)]
+                 ("plane", plane), ("host", None if host is None else host.__eq__)]
         if thread is not None:
-            tests += [("plane", thread[0].__eq__), ("line_id", str(thread[1]).__eq__)]
+            host_name, plane_name, line_id = thread
+            tests += [("host", host_name.__eq__), ("plane", plane_name.__eq__),
+                      ("line_id", str(line_id).__eq__)]
         mask = None
         for col, keep in tests:
             if keep is not None:
@@ -192,6 +196,35 @@ class Context:
     @property
     def n_hosts(self) -> int:
         return max(len(self.hosts), 1)
+
+    @cached_property
+    def sampler_host(self) -> str | None:
+        """The host whose trace lines the OS sampler's threads are set against: the one its files
+        are named after, or the only host. None when the trace holds several hosts and the
+        sampler names none of them (or several): one machine's sweeps cannot be matched to
+        another's lines."""
+        named = set(self.run.sampler_hosts)
+        if len(named) == 1 and (host := named.pop()) in self.hosts:
+            return host
+        return self.hosts[0] if len(self.hosts) == 1 else None
+
+    def worker_steps(self, host: pd.Series, where: np.ndarray | None = None) -> int:
+        """What turns a count or a total over `in_steps` rows (their `host` column; `where`, the
+        rows counted) into one worker's figure per step: the steps times the hosts those rows
+        come from. Each host runs every step and does its own share of the work, so a sum over
+        several hosts' traces is theirs together (docs/trace-signals.md, "Several hosts");
+        only the hosts that hold the work count, so a chief's own work is not spread over its
+        workers."""
+        steps = max(self.n_steps, 1)
+        if self.n_hosts == 1:
+            return steps
+        codes = host.array.codes if isinstance(host.dtype, pd.CategoricalDtype) else (
+            pd.factorize(host)[0])
+        if where is not None:
+            codes = codes[where]
+        # A count per code, not a sort: the rows can be millions (input work).
+        seen = np.count_nonzero(np.bincount(codes[codes >= 0])) if len(codes) else 0
+        return steps * max(int(seen), 1)
 
     @cached_property
     def devices_per_host(self) -> int:

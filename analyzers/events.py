@@ -292,18 +292,26 @@ def cat_codes_map(col: pd.Series, func: Callable[[str], object]) -> np.ndarray:
     return table[col.array.codes]
 
 
-def on_thread(df: pd.DataFrame, thread: tuple[str, object] | None) -> pd.DataFrame:
-    """The rows of `df` (with `plane` and `line_id` columns) on `thread` = (plane, line id), such
-    as Steps.thread; all rows when it is unknown. Several threads can share a line name."""
+# A thread: (host, plane, line id). Line names repeat (every Python thread is `python`), and so
+# do line ids across hosts: a thread id is per machine, and workers in containers all start
+# their Python as the same low pid, whose main thread has that id (docs/trace-signals.md,
+# "Several hosts").
+Thread = tuple[str, str, object]
+
+
+def on_thread(df: pd.DataFrame, thread: Thread | None) -> pd.DataFrame:
+    """The rows of `df` (with `host`, `plane` and `line_id` columns) on `thread`, such as
+    Steps.thread; all rows when it is unknown."""
     if thread is None or df.empty:
         return df
     keep = thread_mask(df, thread)
     return df if keep.all() else df[keep].reset_index(drop=True)
 
 
-def thread_mask(df: pd.DataFrame, thread: tuple[str, object]) -> np.ndarray:
-    """Per row of `df` (with `plane` and `line_id` columns), whether it is on `thread`."""
-    return ((df["plane"] == thread[0]) & (df["line_id"] == thread[1])).to_numpy()
+def thread_mask(df: pd.DataFrame, thread: Thread) -> np.ndarray:
+    """Per row of `df` (with `host`, `plane` and `line_id` columns), whether it is on `thread`."""
+    host, plane, line_id = thread
+    return ((df["host"] == host) & (df["plane"] == plane) & (df["line_id"] == line_id)).to_numpy()
 
 
 def present_values(col: pd.Series) -> list[str]:

@@ -37,6 +37,7 @@ from analyzers.events import (
     TIMELINE_RUN,
     TRAINING_OP,
     EndTimes,
+    Thread,
     cat_map,
     cat_mask,
     chunks,
@@ -100,8 +101,8 @@ class Steps:
     table: pd.DataFrame  # step, start_ns, end_ns, dur_ns, one column per ALL_CATEGORIES (ns)
     source: str  # "markers:<name>", "function:<name>", "iterator:<name>" or "none"
     line: str | None = None  # the thread that drives the steps (markers or calls live there)
-    # That thread as (plane, line id): several threads can share a line name (`python`).
-    thread: tuple[str, object] | None = None
+    # That thread as (host, plane, line id): several threads can share a line name (`python`).
+    thread: Thread | None = None
     # Window-edge steps left out of the table (_trim_edges): step, start_ns, end_ns, dur_ns,
     # x_median (their length over the median step), warmup (tracing or compilation in them).
     left_out: list[dict] = field(default_factory=list)
@@ -135,13 +136,13 @@ class Steps:
         return float(self.table["dur_ns"].mean()) if self.found else 0.0
 
 
-def _main_thread(events: pd.DataFrame) -> tuple[str | None, tuple[str, object] | None]:
-    """The (line name, (plane, line id)) most of `events` sit on."""
+def _main_thread(events: pd.DataFrame) -> tuple[str | None, Thread | None]:
+    """The (line name, (host, plane, line id)) most of `events` sit on."""
     if not len(events):
         return None, None
-    line, plane, line_id = events.groupby(["line", "plane", "line_id"], observed=True).size(
-        ).idxmax()
-    return str(line), (str(plane), line_id)
+    line, host, plane, line_id = events.groupby(["line", "host", "plane", "line_id"],
+                                                observed=True).size().idxmax()
+    return str(line), (str(host), str(plane), line_id)
 
 
 def marker_family(name: str) -> str:
@@ -151,7 +152,7 @@ def marker_family(name: str) -> str:
 
 
 def find_step_windows(events: pd.DataFrame
-                      ) -> tuple[pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]]:
+                      ) -> tuple[pd.DataFrame, str, tuple[str | None, Thread | None]]:
     """Return (DataFrame[step, start_ns, end_ns], source, (step-driving line name, its
     (plane, line id)))."""
     rows, step_num = present_stat(events, "step_num")
@@ -286,21 +287,22 @@ def _stride(num: np.ndarray, epoch: np.ndarray) -> int:
 
 
 def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
-        pd.DataFrame, str, tuple[str | None, tuple[str, object] | None]] | None:
+        pd.DataFrame, str, tuple[str | None, Thread | None]] | None:
     """Steps from Session.run calls: the thread whose runs that applied optimizer updates last
     longest in all (or, with no update anywhere, whose runs do), and of its runs those that
     updated. By time in runs, not by count: a queue runner makes thousands of short runs."""
     is_run = host & cat_mask(events["name"], SESSION_RUN.__eq__)
     if is_run.sum() < 2:
         return None
-    runs = with_end(events.loc[is_run, ["line", "plane", "line_id", "start_ns", "dur_ns"]])
+    runs = with_end(events.loc[is_run, ["line", "host", "plane", "line_id", "start_ns",
+                                        "dur_ns"]])
     runs["updates"] = _runs_updating(events, host, np.flatnonzero(is_run), runs)
     runs["updating_ns"] = np.where(runs["updates"], runs["dur_ns"], 0)
-    per_thread = runs.groupby(["line", "plane", "line_id"], observed=True).agg(
+    per_thread = runs.groupby(["line", "host", "plane", "line_id"], observed=True).agg(
         updating=("updating_ns", "sum"), in_runs=("dur_ns", "sum"))
-    line, plane, line_id = per_thread.sort_values(["updating", "in_runs"],
-                                                  ascending=False).index[0]
-    thread = (str(plane), line_id)
+    line, host_name, plane, line_id = per_thread.sort_values(["updating", "in_runs"],
+                                                             ascending=False).index[0]
+    thread = (str(host_name), str(plane), line_id)
     r = on_thread(runs, thread).sort_values("start_ns")
     if r["updates"].sum() >= 2:
         r = r[r["updates"]]
@@ -348,7 +350,7 @@ def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
             - np.searchsorted(updates, runs["start_ns"].to_numpy(np.int64))) > 0
 
 
-def session_runs(events: pd.DataFrame, thread: tuple[str, object] | None
+def session_runs(events: pd.DataFrame, thread: Thread | None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The `SessionRun` rows on `thread` (every thread when None) and their run keys: the id
     each produces, with its host (ids are counters per process: two workers' traces reuse
@@ -359,9 +361,16 @@ def session_runs(events: pd.DataFrame, thread: tuple[str, object] | None
     return runs, _run_keys(events, "producer", runs)
 
 
-def runs_on(events: pd.DataFrame, rows: np.ndarray, thread: tuple[str, object]) -> np.ndarray:
+def runs_on(events: pd.DataFrame, rows: np.ndarray, thread: Thread) -> np.ndarray:
     """Per row of `rows` (SessionRun rows), whether it is on `thread`."""
     return thread_mask(events.iloc[rows], thread)  # a few rows: no column copied whole
+
+
+def runs_beside(events: pd.DataFrame, rows: np.ndarray, thread: Thread) -> np.ndarray:
+    """Per row of `rows` (SessionRun rows), whether another thread of `thread`'s process made
+    it: a queue runner or a second session. Other hosts' runs are other workers' steps."""
+    on_host = (events["host"].iloc[rows] == thread[0]).to_numpy()
+    return on_host & ~runs_on(events, rows, thread)
 
 
 def runs_work(events: pd.DataFrame, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -372,14 +381,14 @@ def runs_work(events: pd.DataFrame, keys: np.ndarray) -> tuple[np.ndarray, np.nd
     return events["start_ns"].to_numpy(np.int64)[rows], EndTimes(events)[rows]
 
 
-def other_runs_work(events: pd.DataFrame, thread: tuple[str, object] | None
+def other_runs_work(events: pd.DataFrame, thread: Thread | None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The executor work of Session.run calls made from threads other than `thread`, the
-    step-driving one: queue runners filling an input queue, a second session."""
+    step-driving one, in its process: queue runners filling an input queue, a second session."""
     if thread is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rows, keys = session_runs(events, None)
-    return runs_work(events, keys[~runs_on(events, rows, thread)])
+    return runs_work(events, keys[runs_beside(events, rows, thread)])
 
 
 def _process_keys(events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

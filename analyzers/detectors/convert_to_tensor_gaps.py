@@ -25,7 +25,7 @@ def detect(ctx: Context) -> Finding | None:
     if eager_dispatch(ctx).is_eager:
         return None
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
-                        columns=("name", "start_ns", "dur_ns"))
+                        columns=("host", "name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
     builds = graph_builds(ctx)
     if len(builds) and len(conv):
@@ -35,10 +35,11 @@ def detect(ctx: Context) -> Finding | None:
         conv = conv[~tracing]
         # The breakdown's exposed convert time, less the tracing part.
         share *= float(conv["dur_ns"].sum()) / all_ns if all_ns else 0.0
-    per_step = len(conv) / max(ctx.n_steps, 1)
+    worker_steps = ctx.worker_steps(conv["host"])
+    per_step = len(conv) / worker_steps
     if per_step < MIN_PER_STEP:
         return None
-    casts = int((conv["name"] == "EagerLocalExecute: Cast").sum() / max(ctx.n_steps, 1))
+    casts = int((conv["name"] == "EagerLocalExecute: Cast").sum() / worker_steps)
     step_ms = ctx.steps.median_step_ns() / 1e6
     changes = {"cast": "pipeline"} if ctx.config and ctx.config.get("cast") == "host" else {}
     return Finding(

@@ -93,7 +93,7 @@ def _kernels_by_op(ctx: Context) -> pd.DataFrame:
     if "tf_op" not in ctx.events:
         return pd.DataFrame()
     k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
-                     columns=("tf_op", "kind", "start_ns", "end_ns"))
+                     columns=("host", "tf_op", "kind", "start_ns", "end_ns"))
     return k[cat_mask(k["tf_op"], _wanted)].rename(columns={"tf_op": "name"})
 
 
@@ -112,7 +112,7 @@ def detect(ctx: Context) -> Finding | None:
         # Only the few op names this reads are clipped (all host ops of a large trace are
         # millions).
         ops = ctx.in_steps(name=_wanted,
-                           columns=("name", "kind", "start_ns", "end_ns", "step_idx"))
+                           columns=("host", "name", "kind", "start_ns", "end_ns", "step_idx"))
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
@@ -137,7 +137,7 @@ def detect(ctx: Context) -> Finding | None:
     lookup_share = _share(ops, lookup, total)
     savings: dict[str, float] = {}
     evidence: list[str] = []
-    n = max(ctx.n_steps, 1)
+    n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     # The copies are the other cause's; a scatter is what a row-sparse update keeps.
     dense = in_optimizer & ~copy & ~cat_mask(ops["name"], _SPARSE_UPDATE.search)
     dense_share = _share(ops, dense, total)

@@ -30,8 +30,8 @@ _REMEDY = {
 def detect(ctx: Context) -> Finding | Skipped | None:
     if not ctx.has_accelerator:
         return Skipped(ID, "no accelerator plane in the trace: host and device are the same CPU")
-    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("name",))
-    per_step = len(d2h) / max(ctx.n_steps, 1)
+    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("host", "name"))
+    per_step = len(d2h) / ctx.worker_steps(d2h["host"])
     host = ctx.fractions.get("host_compute", 0.0)
     # Preprocessing ops among the host ops are `preprocessing_in_step`'s, with a remedy of its
     # own: their exposed time is counted there, not twice.

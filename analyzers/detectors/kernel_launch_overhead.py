@@ -60,8 +60,8 @@ def detect(ctx: Context) -> Finding | None:
         limit_us = MAX_HOST_OP_US
         overhead = None  # measured below, once the ops look small enough to matter
         what = "TF ops"
-    ops = ctx.in_steps(kinds=(kind,), columns=("name", "dur_ns"))
-    per_step = len(ops) / max(ctx.n_steps, 1)
+    ops = ctx.in_steps(kinds=(kind,), columns=("host", "name", "dur_ns"))
+    per_step = len(ops) / ctx.worker_steps(ops["host"])
     if per_step < MIN_OPS_PER_STEP:
         return None
     median_us = median(ops["dur_ns"].to_numpy()) / 1e3 if len(ops) else 0.0

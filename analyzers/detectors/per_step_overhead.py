@@ -34,8 +34,8 @@ _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 
 def batches_per_call(ctx: Context) -> int:
     """Batches each train-function call reads (Keras steps_per_execution reads several)."""
-    fetches = ctx.in_steps(name=_FETCH.match, columns=("dur_ns",))
-    return max(1, round(len(fetches) / max(ctx.n_steps, 1)))
+    fetches = ctx.in_steps(name=_FETCH.match, columns=("host",))
+    return max(1, round(len(fetches) / ctx.worker_steps(fetches["host"])))
 
 
 def detect(ctx: Context) -> Finding | None:

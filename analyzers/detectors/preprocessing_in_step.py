@@ -79,12 +79,12 @@ def detect(ctx: Context) -> Finding | None:
         return None
     # Filtered by name (once per distinct name): a large trace has millions of host ops.
     ops = ctx.in_steps(kinds=("host_op",), name=lambda n: op_type_of(n) in OP_TYPES,
-                       columns=("name", "op_type", "start_ns", "end_ns", "dur_ns"))
+                       columns=("host", "name", "op_type", "start_ns", "end_ns", "dur_ns"))
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:
         return None
     kernels = _kernels(ctx)
-    n = max(ctx.n_steps, 1)
+    n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}
     savings: dict[str, float] = {}

@@ -24,7 +24,7 @@ from analyzers.context import Context
 from analyzers.events import EndTimes
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.input_pipeline import MIN_INPUT_WAIT
-from analyzers.steps import covered_outside, runs_on, runs_work, session_runs
+from analyzers.steps import covered_outside, runs_beside, runs_work, session_runs
 
 ID = "queue_input"
 _QUEUE_OPS = re.compile(r"^(FIFOQueue|PaddingFIFOQueue|RandomShuffleQueue|PriorityQueue)(V2)?$")
@@ -52,7 +52,9 @@ def detect(ctx: Context) -> Finding | None:
     rs = np.clip(ev["start_ns"].to_numpy(np.int64)[rows], first, last)
     re_ = np.clip(EndTimes(ev)[rows], first, last)
     ws, we = runs_work(ev, keys)
-    other = ctx.in_steps(kinds=_COVERING_KINDS, columns=("start_ns", "end_ns"))
+    # The step thread's own process: another worker's work covers none of its waits.
+    other = ctx.in_steps(kinds=_COVERING_KINDS, host=ctx.steps.thread[0],
+                         columns=("start_ns", "end_ns"))
     cs = np.concatenate([ws, other["start_ns"].to_numpy(np.int64)])
     ce = np.concatenate([we, other["end_ns"].to_numpy(np.int64)])
     total = ctx.total_step_ns
@@ -93,10 +95,10 @@ def detect(ctx: Context) -> Finding | None:
 
 
 def _queue_runners(ctx: Context, first: int, last: int) -> tuple[int, float]:
-    """Threads other than the step-driving one that call Session.run during the steps (from
-    `first` to `last`), and their calls per step."""
+    """Threads of the step-driving one's process, other than it, that call Session.run during
+    the steps (from `first` to `last`), and their calls per step."""
     ev = ctx.events
     rows, _ = session_runs(ev, None)
     start = ev["start_ns"].to_numpy(np.int64)[rows]
-    other = rows[(start >= first) & (start < last) & ~runs_on(ev, rows, ctx.steps.thread)]
+    other = rows[(start >= first) & (start < last) & runs_beside(ev, rows, ctx.steps.thread)]
     return int(ev["line_id"].iloc[other].nunique()), len(other) / ctx.n_steps

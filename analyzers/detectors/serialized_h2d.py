@@ -10,6 +10,8 @@ only the serialized issuing, not the copy work: the estimate says so.
 
 from __future__ import annotations
 
+import numpy as np
+
 from analyzers.context import Context
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
@@ -80,14 +82,19 @@ def _host(ctx: Context) -> Finding | None:
     if ctx.main_line is None:
         return None
     copies = ctx.in_steps(line=ctx.main_line, name=_is_host_copy,
-                          columns=("name", "start_ns", "end_ns", "dur_ns"))
+                          columns=("host", "name", "start_ns", "end_ns", "dur_ns"))
     n_dev = ctx.devices_per_host
-    per_step = len(copies) / max(ctx.n_steps, 1)
+    # Each worker copies to its own devices: counts and time are one worker's.
+    worker_steps = ctx.worker_steps(copies["host"])
+    per_step = len(copies) / worker_steps
     # Eager ops copy their inputs too; only a burst of explicit per-device copies counts.
     consts = copies[copies["name"].isin(_HOST_COPY_NAMES[1:])]
-    if n_dev < 2 or len(consts) / max(ctx.n_steps, 1) < n_dev:
+    if n_dev < 2 or len(consts) / worker_steps < n_dev:
         return None
-    covered = covered_ns(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
+    host = copies["host"].array.codes
+    hosts = np.unique(host)
+    s, e = copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy()
+    covered = sum(covered_ns(s[host == h], e[host == h]) for h in hosts) / len(hosts)
     share = covered / ctx.total_step_ns if ctx.total_step_ns else 0.0
     # CPU-only: the copy work stays; only the serial issuing overlaps away.
     saved = share * (1 - 1 / n_dev)

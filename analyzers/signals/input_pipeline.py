@@ -121,7 +121,13 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_reader = is_stage & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in READERS)
     is_record = is_reader & cat_mask(wname, lambda x: x.rsplit("::", 1)[-1] in _RECORD_READERS)
     n = max(ctx.n_steps, 1)
-    reader_ms = float(dur.sum(where=is_reader)) / 1e6 / n
+    host = work["host"]
+
+    def per_step(where: np.ndarray, total: float) -> float:
+        """`total` over the rows `where`, per step of one worker (Context.worker_steps)."""
+        return total / ctx.worker_steps(host, where)
+
+    reader_ms = per_step(is_reader, float(dur.sum(where=is_reader)) / 1e6)
     opens = ctx.in_steps(name=_READER_ITERATOR.match, columns=("host", "step_idx"))
     # The median step's opens: a new iterator (each Keras fit makes one) opens cycle_length and
     # its prefetched elements at once, a burst in one step that is no file size.
@@ -134,13 +140,23 @@ def _analyze(ctx: Context) -> InputPipeline:
     is_input = element >= 0
     starts, ends = work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
     if is_input.any():
-        # One span per interleave element (an open input file), first to last event.
-        spans = pd.DataFrame({"element": element[is_input], "start_ns": starts[is_input],
-                              "end_ns": ends[is_input]}).groupby("element").agg(
-            start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        # One span per interleave element (an open input file) of each host, first to last
+        # event: hosts number their elements alike.
+        spans = pd.DataFrame({"host": host.array.codes[is_input], "element": element[is_input],
+                              "start_ns": starts[is_input], "end_ns": ends[is_input]}).groupby(
+            ["host", "element"]).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        conc_host = spans.index.get_level_values("host").to_numpy()
         conc_s, conc_e = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
     else:
+        conc_host = host.array.codes[is_reader]
         conc_s, conc_e = starts[is_reader], ends[is_reader]
+    # Each host's reads overlap each other's: concurrency is a worker's (the mean over hosts,
+    # the most any host had open).
+    conc_hosts = np.unique(conc_host)
+    concurrency = float(np.mean([_mean_concurrency(conc_s[conc_host == h], conc_e[conc_host == h])
+                                 for h in conc_hosts])) if len(conc_hosts) else 0.0
+    max_open = max((_max_concurrency(conc_s[conc_host == h], conc_e[conc_host == h])
+                    for h in conc_hosts), default=0)
     path_text = " ".join(paths)
     stages = {x for p in paths for x in p.split("::")}
     parallel = sorted(s for s in stages if s.startswith("Parallel") or s == "MapAndBatch")
@@ -156,22 +172,22 @@ def _analyze(ctx: Context) -> InputPipeline:
         parallel_stages=parallel,
         sequential_stages=sequential,
         map_before_batch=bool(map_before),
-        parse_ops_per_step=int(is_parse.sum()) / n,
-        parse_ms_per_step=float(dur.sum(where=is_parse)) / 1e6 / n,
-        input_op_ms_per_step=float(dur.sum(where=is_op)) / 1e6 / n,
+        parse_ops_per_step=per_step(is_parse, int(is_parse.sum())),
+        parse_ms_per_step=per_step(is_parse, float(dur.sum(where=is_parse)) / 1e6),
+        input_op_ms_per_step=per_step(is_op, float(dur.sum(where=is_op)) / 1e6),
         reader_ms_per_step=reader_ms,
-        reader_concurrency=_mean_concurrency(conc_s, conc_e),
-        max_open_inputs=_max_concurrency(conc_s, conc_e),
-        ints_as_strings_ms_per_step=float(dur.sum(where=is_string_hash)) / 1e6 / n,
-        python_calls_per_step=int(is_python.sum()) / n,
-        python_ms_per_step=float(dur.sum(where=is_python)) / 1e6 / n,
+        reader_concurrency=concurrency,
+        max_open_inputs=max_open,
+        ints_as_strings_ms_per_step=per_step(is_string_hash,
+                                             float(dur.sum(where=is_string_hash)) / 1e6),
+        python_calls_per_step=per_step(is_python, int(is_python.sum())),
+        python_ms_per_step=per_step(is_python, float(dur.sum(where=is_python)) / 1e6),
         generator=any(p.endswith("::Generator") or "::Generator::" in p for p in paths),
         reads_files=bool(stages & set(READERS)) or reader_ms > 0 or bool(is_file_op.any()),
         # Each host reads its own share of the batch: calls per step and host.
-        records_per_step=records / n / max(work["host"][is_record].nunique(), 1),
-        file_reads_per_step=int(is_file_op.sum()) / n / max(
-            work["host"][is_file_op].nunique(), 1),
-        file_read_ms_per_step=float(dur.sum(where=is_file_op)) / 1e6 / n,
+        records_per_step=per_step(is_record, records),
+        file_reads_per_step=per_step(is_file_op, int(is_file_op.sum())),
+        file_read_ms_per_step=per_step(is_file_op, float(dur.sum(where=is_file_op)) / 1e6),
         files_opened_per_step=opened,
         # Each file's last reader call finds its end: one call per record, plus one.
         records_per_file=max(records / len(opens) - 1, 0.0) if len(opens) and records else None,

@@ -107,6 +107,10 @@ def _line_spans(ctx: Context) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     Chrome traces) are grouped by one stable sort of the line codes instead."""
     ev = ctx.events
     keep = cat_mask(ev["plane"], lambda p: not is_device_plane(p))
+    if ctx.n_hosts > 1:
+        # The sampler watched one machine: only its lines can agree with its threads, and the
+        # other hosts' lines of the same name (tf_Compute/11 on every worker) would merge in.
+        keep &= cat_mask(ev["host"], lambda h: h == ctx.sampler_host)
     keep &= cat_mask(ev["kind"], lambda k: k != "input_wait")
     keep &= cat_mask(ev["name"], lambda n: n not in _BLOCKING)
     codes = ev["line"].array.codes
@@ -195,9 +199,10 @@ def core_sharing(ctx: Context) -> CoreSharing | None:
 
 def _core_sharing(ctx: Context) -> CoreSharing | None:
     th, n_cpus = ctx.run.threads, ctx.n_cpus
-    # Sweeps of several processes (hosts) cannot be set against one trace's lines.
+    # Sweeps of several processes (hosts) cannot be set against one trace's lines, nor one
+    # machine's sweeps against a trace of several whose sampled one is not known.
     if (th is None or th.empty or not n_cpus or ctx.steps.table.empty or "pid" not in th
-            or th["pid"].nunique() > 1):
+            or th["pid"].nunique() > 1 or ctx.sampler_host is None):
         return None
     th = _threads_in_steps(ctx)
     running = (th["state"].astype(str) == "R").to_numpy()
@@ -205,7 +210,7 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
     t = np.zeros(len(sweep_ts), np.int64)
     t[sweep_of] = th["t_ns"].to_numpy(np.int64)
     waits = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
-                         columns=("start_ns", "end_ns"))
+                         host=ctx.sampler_host, columns=("start_ns", "end_ns"))
     in_wait = inside(t, waits["start_ns"].to_numpy(np.int64), waits["end_ns"].to_numpy(np.int64))
     model_runs = ~in_wait
     if model_runs.sum() < MIN_SHARING_SWEEPS:

@@ -81,9 +81,9 @@ def test_in_steps_matches_clipping_every_event(bounds):
         ({}, np.ones(len(ev), bool)),
         ({"line": "python"}, ev["line"].to_numpy() == "python"),
         ({"name": lambda n: n in {"op3", "op7"}}, ev["name"].isin(["op3", "op7"]).to_numpy()),
-        ({"line": "python", "thread": ("/host:CPU", 2)},
+        ({"line": "python", "thread": ("h", "/host:CPU", 2)},
          (ev["line"].to_numpy() == "python") & (ev["line_id"].to_numpy() == 2)),
-        ({"thread": ("/device:GPU:0", 2)}, np.zeros(len(ev), bool)),
+        ({"thread": ("h", "/device:GPU:0", 2)}, np.zeros(len(ev), bool)),
     ]
     cols = ("name", "step_idx", "start_ns", "end_ns", "dur_ns")
     for query, rows in queries:

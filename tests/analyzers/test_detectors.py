@@ -614,7 +614,7 @@ def test_eager_ops_on_another_thread_named_like_the_step_thread(tmp_path):
                 bg.event("EagerLocalExecute: Mul", q, 200_000)
                 bg.event("EagerKernelExecute", q + 50_000, 50_000)
         report = analyze(b.write(tmp_path / order))
-        assert report.ctx.steps.thread == ("/host:CPU", 1)
+        assert report.ctx.steps.thread == ("host", "/host:CPU", 1)
         assert "eager_execution" not in by_id(report), order
 
 

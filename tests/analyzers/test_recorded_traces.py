@@ -79,7 +79,7 @@ def test_recorded_session_jobs(tmp_path):
     assert ctx.steps.source == "session:SessionRun" and ctx.n_steps == 20
     runs = ctx.events[ctx.events["name"] == "SessionRun"]
     per_thread = runs.groupby("line_id", observed=True).size()
-    assert per_thread[ctx.steps.thread[1]] == 20 and per_thread.max() > 1000
+    assert per_thread[ctx.steps.thread[2]] == 20 and per_thread.max() > 1000
     # Its wait on the queue: the training run idle 82% of the step, which the breakdown counts
     # as framework; the queue runners' executor work is not the step's dispatch overhead.
     strong = {f.id: f for f in queue.findings if f.severity in ("medium", "high")}

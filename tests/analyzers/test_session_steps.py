@@ -82,7 +82,7 @@ def _steps(tmp_path, b: XSpaceBuilder):
 def test_steps_are_the_training_runs(tmp_path):
     steps = _steps(tmp_path, session_trace(save_every=3))
     assert steps.source == "session:SessionRun"
-    assert steps.line == "python" and steps.thread == ("/host:CPU", 1)
+    assert steps.line == "python" and steps.thread == ("host", "/host:CPU", 1)
     # Steps start at the training runs; the checkpoint runs (steps 2 and 5) sit inside steps.
     assert steps.table["start_ns"].tolist() == [i * 10 * MS for i in range(6)]
     assert steps.table["dur_ns"].tolist()[:5] == [10 * MS] * 5
@@ -93,7 +93,7 @@ def test_queue_runner_threads_are_not_steps(tmp_path):
     run's updates: the run ids tie each update to the training run (placed by time alone, the
     updates would make a queue runner's thread the step-driving one, with 18 steps)."""
     steps = _steps(tmp_path, session_trace(queue_threads=2))
-    assert steps.source == "session:SessionRun" and steps.thread == ("/host:CPU", 1)
+    assert steps.source == "session:SessionRun" and steps.thread == ("host", "/host:CPU", 1)
     assert len(steps.table) == 6
 
 
@@ -162,7 +162,7 @@ def test_queue_runners_executor_time_is_not_the_steps_dispatch(tmp_path):
     report = analyze(tmp_path)
     xs, xe = other_runs_work(report.ctx.events, report.ctx.steps.thread)
     assert len(xs) > 0 and (xe > xs).all()
-    mine = other_runs_work(report.ctx.events, ("/host:CPU", 2))
+    mine = other_runs_work(report.ctx.events, ("host", "/host:CPU", 2))
     assert len(mine[0]) and not np.isin(mine[0], xs).all()
     launch = {f.id: f for f in report.findings}.get("kernel_launch_overhead")
     assert launch is None or launch.severity == "low", launch
@@ -184,12 +184,12 @@ def test_other_runs_work_is_exactly_the_other_threads_runs(tmp_path):
         "ExecutorState::Process", 5 * MS, MS, _ct=1, _c=99_999)  # no SessionRun produced it
     b.write(tmp_path)
     events = load_run(tmp_path).events
-    queue = other_runs_work(events, ("/host:CPU", 1))
+    queue = other_runs_work(events, ("host", "/host:CPU", 1))
     # 240 queue-runner runs (every 0.25 ms for 60 ms), each 2 Process events and a callback.
     assert len(queue[0]) == 240 * 3
     assert len(other_runs_work(events, None)[0]) == 0
     # From a thread that makes no run, every run is another thread's: the training runs too.
-    assert len(other_runs_work(events, ("/host:CPU", 11))[0]) == 240 * 3 + 6 * 9
+    assert len(other_runs_work(events, ("host", "/host:CPU", 11))[0]) == 240 * 3 + 6 * 9
 
 
 def test_run_ids_of_two_hosts_are_not_mixed(tmp_path):
@@ -198,9 +198,10 @@ def test_run_ids_of_two_hosts_are_not_mixed(tmp_path):
     session_trace().write(tmp_path, host="a")
     session_trace(busy_runs=True).write(tmp_path, host="b")
     events = load_run(tmp_path).events
-    rows, keys = session_runs(events, ("/host:CPU", 1))
-    on_a = (events["host"].iloc[rows] == "a").to_numpy()
-    starts, ends = runs_work(events, keys[on_a])
+    rows, keys = session_runs(events, ("a", "/host:CPU", 1))
+    # Both workers' training threads are line 1 of /host:CPU: the host tells them apart.
+    assert len(rows) == 6 and (events["host"].iloc[rows] == "a").all()
+    starts, ends = runs_work(events, keys)
     # 6 runs of 8 ops: 8 Process events and a callback each, all on host a (busy runs on b
     # last 2 ms an op, on a 1 ms or 0.2 ms).
     assert len(starts) == 6 * 9 and (ends - starts).max() < 1.1 * MS
@@ -211,4 +212,4 @@ def test_without_run_ids_queue_runners_do_not_drive_the_steps(tmp_path):
     (more runs of theirs hold an update's start than the training thread has runs): the thread
     whose updating runs last longest is the training one."""
     steps = _steps(tmp_path, session_trace(queue_threads=2, ids=False))
-    assert steps.thread == ("/host:CPU", 1) and len(steps.table) == 6
+    assert steps.thread == ("host", "/host:CPU", 1) and len(steps.table) == 6

@@ -32,14 +32,15 @@ def host_trace(
     parse_op_ms: float = 1.0,
     per_step: Callable | None = None,
     host_name: str = "host",
+    compute_line: int = 11,
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
-    then runs ops for `compute_ms` on a compute thread; tf.data readers (interleave elements,
-    each with a short TFRecord read) run concurrently."""
+    then runs ops for `compute_ms` on a compute thread (`tf_Compute/<compute_line>`); tf.data
+    readers (interleave elements, each with a short TFRecord read) run concurrently."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
-    comp = host.line("tf_Compute/11", line_id=11)
+    comp = host.line(f"tf_Compute/{compute_line}", line_id=compute_line)
     reader_lines = [host.line(f"tf_data_private_threadpool/{20 + i}", line_id=20 + i)
                     for i in range(max(readers, 1))]
     parse_line = host.line("tf_data_iterator_resource/40", line_id=40)
@@ -142,17 +143,17 @@ def gpu_trace(
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
-                  rchar_mb_per_s: float | None = None) -> None:
-    """Sampler files in the layout of recadvisor/capture/layout.py; `threads` has t_ms, tid,
-    name, state, user_s, system_s; the process reads `read_mb_per_s` from the device, and
-    `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
+                  rchar_mb_per_s: float | None = None, host: str = "host") -> None:
+    """Sampler files of `host` in the layout of recadvisor/capture/layout.py; `threads` has
+    t_ms, tid, name, state, user_s, system_s; the process reads `read_mb_per_s` from the device,
+    and `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
     2026-11-24)."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
     th["pid"] = 100
     th["blkio_ticks"] = 0
-    th.to_parquet(run_dir / "host.threads.parquet")
+    th.to_parquet(run_dir / f"{host}.threads.parquet")
     ts = sorted(th["ts_ns"].unique())
     secs = (np.asarray(ts) - t0) / 1e9
     process = pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
@@ -162,7 +163,7 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                             "n_cpus": n_cpus})
     if rchar_mb_per_s is not None:
         process["rchar_bytes"] = (secs * rchar_mb_per_s * 1e6).astype("int64")
-    process.to_parquet(run_dir / "host.process.parquet")
+    process.to_parquet(run_dir / f"{host}.process.parquet")
 
 
 def sweeps(step_ms: float, wait_ms: float, input_running: int, *, model_running: bool = True,
