@@ -197,16 +197,52 @@ class Context:
     def n_hosts(self) -> int:
         return max(len(self.hosts), 1)
 
+    @property
+    def step_host(self) -> str | None:
+        """The step thread's host when the trace holds several (what one worker's own figures
+        read), else None: no host to filter on."""
+        thread = self.steps.thread
+        return thread[0] if thread is not None and self.n_hosts > 1 else None
+
     @cached_property
+    def _sampler_hosts(self) -> tuple[str | None, str | None]:
+        """(the sampler files' host whose sweeps are read, the trace host they are set
+        against). The files are named after their host, as the trace files are; with one trace
+        file, a sampler under another name (the capture's hostname) is still its machine's.
+        With several sampler hosts, the step thread's host is read when it has one."""
+        named = list(dict.fromkeys(self.run.sampler_hosts))
+        if len(named) > 1:
+            step = self.steps.thread[0] if self.steps.thread is not None else None
+            ours = [h for h in named if h in self.hosts]
+            named = [step] if step in named else ours[:1]
+        if not named:
+            return None, None
+        if named[0] in self.hosts:
+            return named[0], named[0]
+        return named[0], self.hosts[0] if len(self.hosts) == 1 else None
+
+    @property
     def sampler_host(self) -> str | None:
-        """The host whose trace lines the OS sampler's threads are set against: the one its files
-        are named after, or the only host. None when the trace holds several hosts and the
-        sampler names none of them (or several): one machine's sweeps cannot be matched to
-        another's lines."""
-        named = set(self.run.sampler_hosts)
-        if len(named) == 1 and (host := named.pop()) in self.hosts:
-            return host
-        return self.hosts[0] if len(self.hosts) == 1 else None
+        """The trace host whose lines the OS sampler's threads are set against; None when the
+        trace holds several hosts and the sampler names none of them: one machine's sweeps
+        cannot be matched to another's lines."""
+        return self._sampler_hosts[1]
+
+    @cached_property
+    def sampler_threads(self) -> pd.DataFrame | None:
+        """The sampler's thread sweeps of one machine (`_sampler_hosts`): two machines' thread
+        and process ids repeat, so their sweeps are never mixed."""
+        return self._one_sampler_host(self.run.threads)
+
+    @cached_property
+    def sampler_process(self) -> pd.DataFrame | None:
+        return self._one_sampler_host(self.run.process)
+
+    def _one_sampler_host(self, df: pd.DataFrame | None) -> pd.DataFrame | None:
+        if df is None or "host" not in df or df["host"].nunique() <= 1:
+            return df
+        kept = df[(df["host"] == self._sampler_hosts[0]).to_numpy()]
+        return kept.reset_index(drop=True) if len(kept) else None
 
     def worker_steps(self, host: pd.Series, where: np.ndarray | None = None) -> int:
         """What turns a count or a total over `in_steps` rows (their `host` column; `where`, the
@@ -277,8 +313,9 @@ class Context:
 
     @cached_property
     def n_cpus(self) -> int | None:
-        if self.run.process is not None and "n_cpus" in self.run.process:
-            return int(self.run.process["n_cpus"].iloc[0])
+        process = self.sampler_process
+        if process is not None and "n_cpus" in process:
+            return int(process["n_cpus"].iloc[0])
         meta = self.run.metadata or {}
         cpus = (meta.get("host") or {}).get("cpus") if isinstance(meta.get("host"), dict) else None
         return int(cpus) if cpus else None

@@ -154,7 +154,7 @@ def marker_family(name: str) -> str:
 def find_step_windows(events: pd.DataFrame
                       ) -> tuple[pd.DataFrame, str, tuple[str | None, Thread | None]]:
     """Return (DataFrame[step, start_ns, end_ns], source, (step-driving line name, its
-    (plane, line id)))."""
+    (host, plane, line id)))."""
     rows, step_num = present_stat(events, "step_num")
     host = cat_mask(events["plane"].iloc[rows], lambda p: not is_device_plane(p))
     rows, step_num = rows[host], step_num[host]
@@ -205,11 +205,14 @@ def find_step_windows(events: pd.DataFrame
         if len(per_name):
             best = per_name.sort_values("total", ascending=False).index[0]
             c = calls[calls["name"] == best].sort_values("start_ns")
+            # Calls carry no step number to line several workers' up: one host's are the steps.
+            line, thread = _main_thread(c)
+            c = c[(c["host"] == thread[0]).to_numpy()]
             # Nested duplicates of one call (EagerLocalExecute inside FunctionRun...) share a start.
             c = c.drop_duplicates("start_ns")
             w = pd.DataFrame({"step": np.arange(len(c)), "start_ns": c["start_ns"].to_numpy(),
                               "end_ns": EndTimes(c)[:]})
-            return _chain(w), f"function:{best}", _main_thread(c)
+            return _chain(w), f"function:{best}", (line, thread)
     session = _session_steps(events, host)
     if session is not None:
         return session

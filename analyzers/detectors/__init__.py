@@ -19,6 +19,7 @@ DETECTOR_IDS = (
     "convert_to_tensor_gaps",
     "serialized_h2d",
     "collective_overhead",
+    "straggler_worker",
     "dstate_threads",
     "kernel_launch_overhead",
     "eager_execution",

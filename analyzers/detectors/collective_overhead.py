@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from analyzers.context import Context
+from analyzers.detectors import claims, run_detector, straggler_worker
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.scaling import scaling_points
 from analyzers.steps import covered_ns
@@ -83,6 +84,13 @@ def _peer_wait(ctx: Context) -> float | None:
 
 def detect(ctx: Context) -> Finding | None:
     share = ctx.fractions.get("collective", 0.0) + ctx.fractions.get("copy_d2d", 0.0)
+    # Workers waiting in the all-reduce for a straggler that is not computing (its input, its
+    # Python) are in collectives while nobody computes: that time is the straggler's finding,
+    # with the straggler's remedy, not the exchange's.
+    straggling = run_detector(straggler_worker, ctx)
+    left_to_straggler = (straggling.numbers["collective_fraction"]
+                         if claims(straggler_worker, ctx) else 0.0)
+    share = max(share - left_to_straggler, 0.0)
     n_dev = ctx.n_devices
     if share < MIN_SHARE or n_dev < 2:
         return None
@@ -116,6 +124,11 @@ def detect(ctx: Context) -> Finding | None:
     evidence = [f"exposed collective/exchange time {share:.1%} of step "
                 f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw]
     numbers: dict = {"exposed_fraction": round(share, 4), "devices": n_dev, "hosts": hosts}
+    if left_to_straggler:
+        evidence.append(f"less {left_to_straggler:.1%} of the step in which the workers wait in it "
+                        f"for {straggling.numbers['straggler']} while nobody computes "
+                        "(straggler_worker)")
+        numbers["left_to_straggler"] = round(left_to_straggler, 4)
     wait = _peer_wait(ctx) if hosts > 1 else None
     if wait is not None:
         numbers["peer_wait_fraction"] = round(wait, 4)

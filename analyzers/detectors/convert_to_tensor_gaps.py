@@ -24,7 +24,8 @@ MIN_PER_STEP = 4
 def detect(ctx: Context) -> Finding | None:
     if eager_dispatch(ctx).is_eager:
         return None
-    conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None,
+    # The step thread's host's: the tracing they are told apart from is its own.
+    conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None, host=ctx.step_host,
                         columns=("host", "name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
     builds = graph_builds(ctx)

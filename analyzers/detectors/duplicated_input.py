@@ -168,11 +168,12 @@ def _batches_per_step(ctx: Context) -> float:
     from. Other threads' roots are no witness: a multi-device iterator's thread pulls from one
     pipeline for every device."""
     roots = ctx.in_steps(name="Iterator::Root".__eq__, line=ctx.main_line or None,
-                         columns=("step_idx",))
+                         columns=("host", "step_idx"))
     if roots.empty:
         return 0.0
     per_step = np.bincount(roots["step_idx"].to_numpy(), minlength=ctx.n_steps)
-    return float(np.median(per_step)) / max(ctx.n_hosts, 1)
+    hosts = ctx.worker_steps(roots["host"]) // max(ctx.n_steps, 1)
+    return float(np.median(per_step)) / hosts
 
 
 def detect(ctx: Context) -> Finding | None:

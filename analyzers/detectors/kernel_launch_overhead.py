@@ -115,10 +115,12 @@ def _executor_overhead(ctx: Context) -> float:
     """Share of step time when an executor thread is in framework code and nothing the step
     breakdown ranks above framework (ops, collectives, copies, waits, conversions) runs
     anywhere. tf.data threads (input work) and the step-driving thread (dispatch) are left out."""
-    # Each side merged on its own first: the merged spans are few, the raw events many.
+    # Each side merged on its own first: the merged spans are few, the raw events many. Both
+    # on the step thread's host: its executors' idle time, covered by its own work.
+    host = ctx.step_host
     fs, fe = _merged(ctx, ("framework", "launch"),
-                     lambda n: line_class(n) != "tf_data" and n != ctx.main_line)
-    os_, oe = _merged(ctx, _ABOVE_FRAMEWORK)
+                     lambda n: line_class(n) != "tf_data" and n != ctx.main_line, host)
+    os_, oe = _merged(ctx, _ABOVE_FRAMEWORK, host=host)
     # Session.run calls from other threads (queue runners) run their executors on the same
     # threads: their framework time is input work, not this step's dispatch.
     xs, xe = other_runs_work(ctx.events, ctx.steps.thread)
@@ -127,6 +129,7 @@ def _executor_overhead(ctx: Context) -> float:
     return covered_outside(fs, fe, os_, oe) / total if total > 0 else 0.0
 
 
-def _merged(ctx: Context, kinds: tuple[str, ...], line=None) -> tuple[np.ndarray, np.ndarray]:
-    df = ctx.in_steps(kinds=kinds, line=line, columns=("start_ns", "end_ns"))
+def _merged(ctx: Context, kinds: tuple[str, ...], line=None,
+            host: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    df = ctx.in_steps(kinds=kinds, line=line, host=host, columns=("start_ns", "end_ns"))
     return merge_intervals(df["start_ns"].to_numpy(), df["end_ns"].to_numpy())

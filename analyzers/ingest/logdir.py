@@ -216,14 +216,19 @@ def _attach_side_files(data: RunData, run_dir: Path) -> None:
         return
     try:
         if threads:
-            data.threads = pd.concat(
-                [read_sampler_file(p, THREAD_COLUMNS, data.t0_unix_ns) for p in threads],
-                ignore_index=True,
-            )
+            data.threads = _sampled(threads, THREADS_SUFFIX, THREAD_COLUMNS, data.t0_unix_ns)
         if process:
-            data.process = pd.concat(
-                [read_sampler_file(p, PROCESS_COLUMNS, data.t0_unix_ns) for p in process],
-                ignore_index=True,
-            )
+            data.process = _sampled(process, PROCESS_SUFFIX, PROCESS_COLUMNS, data.t0_unix_ns)
     except ValueError as e:
         data.warnings.append(str(e))
+
+
+def _sampled(files: list[Path], suffix: str, required: tuple[str, ...],
+             t0_unix_ns: int) -> pd.DataFrame:
+    """One kind of sampler file of every host, with the `host` each came from (its file name):
+    machines' thread and process ids repeat (docs/trace-signals.md, "Several hosts")."""
+    frames = [read_sampler_file(p, required, t0_unix_ns) for p in files]
+    hosts = [p.name[: -len(suffix)] for p in files]
+    out = pd.concat(frames, ignore_index=True)
+    out["host"] = pd.Categorical(np.repeat(hosts, [len(f) for f in frames]))
+    return out

@@ -26,9 +26,11 @@ def executions(ctx: Context) -> pd.DataFrame:
 
 
 def graph_builds(ctx: Context) -> pd.DataFrame:
-    """`tf.function-graph_building` spans in the steps (any thread): step_idx, start_ns, end_ns."""
+    """`tf.function-graph_building` spans in the steps (any thread of the step thread's host:
+    another worker's tracing is its own): step_idx, start_ns, end_ns."""
     return ctx.memo("graph_builds", lambda: ctx.in_steps(
-        name=GRAPH_BUILDING.__eq__, columns=("step_idx", "start_ns", "end_ns")))
+        name=GRAPH_BUILDING.__eq__, host=ctx.step_host,
+        columns=("step_idx", "start_ns", "end_ns")))
 
 
 def _executions(ctx: Context) -> pd.DataFrame:

@@ -198,7 +198,7 @@ def core_sharing(ctx: Context) -> CoreSharing | None:
 
 
 def _core_sharing(ctx: Context) -> CoreSharing | None:
-    th, n_cpus = ctx.run.threads, ctx.n_cpus
+    th, n_cpus = ctx.sampler_threads, ctx.n_cpus
     # Sweeps of several processes (hosts) cannot be set against one trace's lines, nor one
     # machine's sweeps against a trace of several whose sampled one is not known.
     if (th is None or th.empty or not n_cpus or ctx.steps.table.empty or "pid" not in th
@@ -248,7 +248,7 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     thread_roles match by phi, which labelled that thread poorly (`input` on the default
     preset, `unknown` on a loop sleeping every 5th step) before it took tid == pid as the main
     thread outright."""
-    th, t = ctx.run.threads, ctx.steps.table
+    th, t = ctx.sampler_threads, ctx.steps.table
     if th is None or th.empty or "pid" not in th or th["pid"].nunique() > 1 or t.empty:
         return None
     main = th[(th["tid"] == th["pid"]).to_numpy()]
@@ -273,7 +273,7 @@ def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
 def _threads_in_steps(ctx: Context) -> pd.DataFrame | None:
     """The sampler's thread rows over the steps (all of them when none falls inside)."""
     def build() -> pd.DataFrame | None:
-        th = ctx.run.threads
+        th = ctx.sampler_threads
         return None if th is None or th.empty else _within_steps(th, ctx)
     return ctx.memo("sampler_threads", build)
 
@@ -367,7 +367,7 @@ class IoThreads:
 
 def io_threads(ctx: Context) -> IoThreads | None:
     """None without sampler data, or without its CPU counters."""
-    th = ctx.run.threads
+    th = ctx.sampler_threads
     if th is None or th.empty or not {"user_s", "system_s"} <= set(th.columns):
         return None
     per = _thread_cpu(ctx)
@@ -378,7 +378,7 @@ def io_threads(ctx: Context) -> IoThreads | None:
 
 def _device_read_mb(ctx: Context) -> float | None:
     """MB the sampled processes read from storage (not the page cache) over the steps."""
-    p = ctx.run.process
+    p = ctx.sampler_process
     if p is None or p.empty or "read_bytes" not in p:
         return None
     return _grown_mb(_within_steps(p, ctx), "read_bytes")
@@ -432,7 +432,7 @@ class ReadVolume:
 def read_volume(ctx: Context) -> ReadVolume | None:
     """None without the sampler's `rchar_bytes` (logdirs sampled before 2026-11-24) or with
     fewer than two process rows over the steps."""
-    p = ctx.run.process
+    p = ctx.sampler_process
     if p is None or p.empty or "rchar_bytes" not in p or not ctx.steps.found:
         return None
     p = _within_steps(p, ctx)

@@ -46,6 +46,10 @@ MODE:
   files (32-row records) through a 2-way interleave, sharded by tf.distribute's
   `AutoShardPolicy.DATA` (every worker reads every file and keeps its share) or `FILE` (each
   worker reads its own 4 files).
+  `multiworker_straggler` / `multiworker_slow_input`: the `multiworker` job in which worker 1
+  runs 12 more 512x512 matmuls in its replica's step, ahead of the all-reduce, or builds its
+  batches from a 60 ms Python function (3x a step): the other worker waits for it in
+  every all-reduce.
 - `embedding_adam` / `embedding_adagrad` / `embedding_read` / `embedding_sparse`: a custom loop
   over a 1,000,000 x 32 embedding table (26 ids per example, batch 1,024) and a 64-unit layer.
   `embedding_adam`: Keras 3's Adam on every variable (it densifies the table's gradient and
@@ -221,7 +225,12 @@ def profile_loop(step, steps: int = 20, markers: bool = True) -> None:
 # Per-worker batch and layer widths of the multi-worker jobs.
 _MULTIWORKER = {"multiworker": (256, (64, 512, 512, 1)), "multiworker_compute": (16384, (64, 256)),
                 "multiworker_files": (256, (64, 512, 512, 1)),
-                "multiworker_files_sharded": (256, (64, 512, 512, 1))}
+                "multiworker_files_sharded": (256, (64, 512, 512, 1)),
+                "multiworker_straggler": (256, (64, 512, 512, 1)),
+                "multiworker_slow_input": (256, (64, 512, 512, 1))}
+# The straggling worker's extra work: matmuls on its step, or a Python function on its batches.
+STRAGGLER_MATMULS = 12
+SLOW_INPUT_S = 0.06
 
 
 def multiworker(kind: str) -> None:
@@ -297,9 +306,25 @@ def multiworker_worker(kind: str, index: int, flags: Path, ports: list[int]) -> 
               .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2)
               .map(decode_rows).unbatch().batch(per_worker * n).prefetch(2)
               .with_options(options))
+    if kind == "multiworker_slow_input" and index == 1:
+        def slow(a, b):
+            time.sleep(SLOW_INPUT_S)
+            return a, b
+
+        def slow_batch(a, b):
+            a2, b2 = tf.numpy_function(slow, [a, b], [tf.float32, tf.float32])
+            return tf.ensure_shape(a2, a.shape), tf.ensure_shape(b2, b.shape)
+        ds = ds.map(slow_batch)
     it = iter(strategy.experimental_distribute_dataset(ds))
+    extra = tf.random.normal((512, 512)) * 0.01
 
     def replica(a, b):
+        if kind == "multiworker_straggler" and index == 1:
+            # Work the replica's step waits for: this worker joins the all-reduce late.
+            m = extra
+            for _ in range(STRAGGLER_MATMULS):
+                m = tf.tanh(m @ extra)
+            a = a + 0.0 * tf.reduce_sum(m)
         with tf.GradientTape() as tape:
             h = a
             for w in ws[:-1]:

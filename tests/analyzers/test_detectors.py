@@ -854,12 +854,16 @@ def test_cpu_workers_exchanging_over_rpc(tmp_path):
 def test_a_worker_waiting_for_a_slower_peer(tmp_path):
     """Worker A computes 30 ms and enters the all-reduce at 32 ms; B computes 50 ms and joins at
     52 ms: 18.5 of the 100 ms the two spend in collectives, A waits while B still computes. Only
-    the 41.5 ms when neither computes (50.5 to 92 ms) is exposed."""
+    the 41.5 ms when neither computes (50.5 to 92 ms) is exposed, and of that the 1.5 ms before
+    B joins (50.5 to 52) is A waiting for B: the straggler's, not the exchange's."""
     host_trace(tmp_path, compute_ms=30, per_step=_allreduce(32), host_name="worker_a")
     host_trace(tmp_path, compute_ms=50, per_step=_allreduce(52), host_name="worker_b")
-    f = by_id(analyze(tmp_path))["collective_overhead"]
+    found = by_id(analyze(tmp_path))
+    f = found["collective_overhead"]
     assert f.numbers["peer_wait_fraction"] == pytest.approx(0.185, abs=0.005)
-    assert f.step_fraction == pytest.approx(0.415, abs=0.005)
+    assert f.numbers["left_to_straggler"] == pytest.approx(0.015, abs=0.001)
+    assert f.step_fraction == pytest.approx(0.40, abs=0.005)
+    assert found["straggler_worker"].numbers["straggler"] == "worker_b"
 
 
 @pytest.mark.parametrize(("hosts", "machine"), [

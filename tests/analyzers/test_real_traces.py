@@ -174,6 +174,26 @@ def test_multiworker_all_reduce_over_rpc(foreign):
     assert all(f.severity != "high" for f in compute.findings), compute.findings
 
 
+@pytest.mark.parametrize(("mode", "mark", "cause"), [
+    ("multiworker_straggler", "Tanh", "compute"),
+    ("multiworker_slow_input", "PyFunc", "input"),
+])
+def test_a_worker_the_other_waits_for(foreign, mode, mark, cause):
+    """The `multiworker` job with worker 1 slower: 12 more matmuls in its step, or a 6 ms
+    Python function building its batches. The other worker waits for it in every all-reduce;
+    the straggler is the worker whose trace holds that work. The balanced job has none."""
+    report = analyze(foreign(mode))
+    ev = report.ctx.events
+    slow = set(ev.loc[ev["name"].astype(str).str.contains(mark), "host"].astype(str))
+    assert len(slow) == 1, slow
+    f = {f.id: f for f in report.findings}.get("straggler_worker")
+    assert f is not None, [(g.id, g.severity, g.evidence) for g in report.findings]
+    assert f.numbers["straggler"] in slow and f.numbers["cause"] == cause, f.evidence
+    assert f.severity in ("medium", "high"), f.evidence
+    balanced = analyze(foreign("multiworker"))
+    assert "straggler_worker" not in {f.id for f in balanced.findings}
+
+
 def _one_worker(logdir: Path, dest: Path) -> Path:
     """The first worker's xplane alone in a run of its own (a job that profiles its chief)."""
     xplane = sorted(logdir.rglob("*.xplane.pb"))[0]

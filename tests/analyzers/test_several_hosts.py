@@ -16,6 +16,7 @@ from analyzers.signals.executions import executions
 from tests.analyzers.test_detectors import _casts, _small_calls, by_id
 from tests.analyzers.test_session_steps import session_trace
 from tests.analyzers.traces import MS, host_trace, sweeps, write_sampler
+from tests.analyzers.xspace_builder import DEFAULT_PROFILE_START_NS, XSpaceBuilder
 
 RUN = Path("plugins") / "profile" / "2026_01_01_00_00_00"
 
@@ -131,3 +132,69 @@ def test_queue_runners_are_the_step_threads_own(tmp_path):
     assert two.numbers["filling_threads"] == one.numbers["filling_threads"] == 2
     assert two.numbers["filling_runs_per_step"] == one.numbers["filling_runs_per_step"]
     assert two.step_fraction == pytest.approx(one.step_fraction, rel=0.01)
+
+
+def _calls_trace(tmp: Path, host: str, shift_ms: float) -> None:
+    """A worker whose steps are train-function calls (no step markers), 20 of 10 ms, each with
+    30 eager casts on its Python thread and 200 small ops on an executor thread; its clock
+    `shift_ms` behind the first worker's."""
+    b = XSpaceBuilder(profile_start_ns=DEFAULT_PROFILE_START_NS + int(shift_ms * MS))
+    cpu = b.plane("/host:CPU")
+    main, comp = cpu.line("python3", line_id=1), cpu.line("tf_Compute/11", line_id=11)
+    for i in range(20):
+        t0 = i * 10 * MS
+        main.event("EagerLocalExecute: __inference_train_function_42", t0 + 1000, 9 * MS)
+        for k in range(30):
+            main.event("convert_to_tensor", t0 + 1000 + k * 10_000, 5_000)
+        for k in range(200):
+            comp.event(f"add_{k}:AddV2", t0 + 400_000 + k * 40_000, 5000)
+    b.write(tmp, host=host)
+
+
+def test_workers_apart_in_time_without_step_markers(tmp_path):
+    """Steps from train-function calls have no number to line two workers' up: one worker's
+    calls are the steps (two workers 3.3 ms apart made 40 windows of both, and the per-worker
+    counts were halved), and the other worker's events count where they fall in them."""
+    for hosts in (1, 2):
+        for w in range(hosts):
+            _calls_trace(tmp_path / str(hosts), f"worker{w}", 3.3 * w)
+    one, two = (analyze(tmp_path / str(h) / RUN) for h in (1, 2))
+    assert one.ctx.n_steps == two.ctx.n_steps == 20
+    assert two.ctx.steps.source.startswith("function:")
+    for report in (one, two):
+        found = by_id(report)
+        assert found["kernel_launch_overhead"].numbers["ops_per_step"] == pytest.approx(
+            200, rel=0.02)
+        assert found["convert_to_tensor_gaps"].numbers["conversions_per_step"] == pytest.approx(
+            30, rel=0.02)
+
+
+def test_workers_apart_in_time_keep_their_executors_apart(tmp_path):
+    """Two TF1 queue workers 3.1 ms apart: the other worker's queue runners keep its executor
+    threads in framework code while this worker's step runs, which is not this worker's
+    dispatch overhead (it read 0.054 of the step against 0.0008 for one worker)."""
+    for hosts in (1, 2):
+        for w in range(hosts):
+            b = session_trace(queue_threads=2)
+            b.profile_start_ns = DEFAULT_PROFILE_START_NS + w * 3_100_000
+            b.write(tmp_path / str(hosts), host=f"worker{w}")
+    one, two = (by_id(analyze(tmp_path / str(h)))["kernel_launch_overhead"] for h in (1, 2))
+    assert one.numbers["overhead_fraction"] < 0.01
+    assert two.numbers["overhead_fraction"] == pytest.approx(one.numbers["overhead_fraction"],
+                                                             abs=0.002)
+
+
+def test_each_machines_sampler_is_read_on_its_own(tmp_path):
+    """Two workers waiting on storage, each with its own sampler files (the same pid: one
+    container each) and its own read rate: the read rate shown is the step thread's host's,
+    not two machines' cumulative counters read as one process's."""
+    rates = {"worker0": 50.0, "worker1": 80.0}
+    for host, rate in rates.items():
+        host_trace(tmp_path, wait_ms=60, host_name=host)
+        write_sampler(tmp_path / RUN, sweeps(100, 60, input_running=0), n_cpus=2,
+                      cpu_percent=30, read_mb_per_s=0.0, rchar_mb_per_s=rate, host=host)
+    report = analyze(tmp_path / RUN)
+    f = by_id(report)["io_stall"]
+    host = report.ctx.steps.thread[0]
+    assert report.ctx.sampler_host == host
+    assert f.numbers["read_mb_per_s"] == pytest.approx(rates[host], rel=0.02)
