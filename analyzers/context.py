@@ -239,10 +239,13 @@ class Context:
         return self._one_sampler_host(self.run.process)
 
     def _one_sampler_host(self, df: pd.DataFrame | None) -> pd.DataFrame | None:
-        if df is None or "host" not in df or df["host"].nunique() <= 1:
+        if df is None or "host" not in df:
             return df
-        kept = df[(df["host"] == self._sampler_hosts[0]).to_numpy()]
-        return kept.reset_index(drop=True) if len(kept) else None
+        keep = (df["host"] == self._sampler_hosts[0]).to_numpy()
+        if keep.all():
+            return df
+        # Threads of one machine and process sweeps of another are not one process's.
+        return df[keep].reset_index(drop=True) if keep.any() else None
 
     def worker_steps(self, host: pd.Series, where: np.ndarray | None = None) -> int:
         """What turns a count or a total over `in_steps` rows (their `host` column; `where`, the

@@ -88,7 +88,7 @@ class Report:
             "breakdown": {k: round(v, 4) for k, v in self.ctx.fractions.items()}
             if steps.found else {},
             "samples_per_s": meta.get("samples_per_s"),
-            "sampler": self.run.threads is not None,
+            "sampler": self.ctx.sampler_threads is not None,
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "warnings": [*self.run.warnings, *self.profiler_warnings()],

@@ -129,7 +129,7 @@ def slowest_step(view: RunView) -> int:
 def thread_states(view: RunView) -> pd.DataFrame | None:
     """Per sampler sweep: threads Running, Sleeping, in D-state, other; ms from the trace start.
     None when the run has no sampler data."""
-    th = view.report.run.threads
+    th = view.report.ctx.sampler_threads  # one machine's sweeps (several hosts: the step's)
     if th is None or th.empty:
         return None
     return _memo(view, "thread_states", lambda: _thread_states(th))
@@ -150,7 +150,7 @@ def _thread_states(th: pd.DataFrame) -> pd.DataFrame:
 
 def process_cpu(view: RunView) -> pd.DataFrame | None:
     """The traced process's CPU use per sweep, as a share of all cores (0-100%)."""
-    pr = view.report.run.process
+    pr = view.report.ctx.sampler_process
     if pr is None or pr.empty or "cpu_percent" not in pr:
         return None
     n = view.report.ctx.n_cpus or 1

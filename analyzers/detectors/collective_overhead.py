@@ -24,6 +24,7 @@ from analyzers.steps import covered_ns
 
 ID = "collective_overhead"
 MIN_SHARE = 0.03
+MIN_LEFT = 0.005  # a straggler's wait left to straggler_worker, as a share of step time
 _REMEDY = {
     "tensorflow": ("Use fewer devices for a model this small (seed 000: 4 GPUs beat 8), or a "
                    "larger per-device batch so compute hides the exchange; fuse gradients into "
@@ -87,9 +88,12 @@ def detect(ctx: Context) -> Finding | None:
     # Workers waiting in the all-reduce for a straggler that is not computing (its input, its
     # Python) are in collectives while nobody computes: that time is the straggler's finding,
     # with the straggler's remedy, not the exchange's.
+    exposed = share
     straggling = run_detector(straggler_worker, ctx)
     left_to_straggler = (straggling.numbers["collective_fraction"]
                          if claims(straggler_worker, ctx) else 0.0)
+    if left_to_straggler < MIN_LEFT:  # gaps of a few µs between ops are no one's wait
+        left_to_straggler = 0.0
     share = max(share - left_to_straggler, 0.0)
     n_dev = ctx.n_devices
     if share < MIN_SHARE or n_dev < 2:
@@ -121,20 +125,22 @@ def detect(ctx: Context) -> Finding | None:
     else:
         hw = (f"{n_dev} logical devices on one CPU host: the exchange is memory copying on the "
               "cores the model uses")
-    evidence = [f"exposed collective/exchange time {share:.1%} of step "
-                f"({share * step_ms:.1f} ms of {step_ms:.1f} ms)", hw]
-    numbers: dict = {"exposed_fraction": round(share, 4), "devices": n_dev, "hosts": hosts}
+    evidence = [f"exposed collective/exchange time {exposed:.1%} of step "
+                f"({exposed * step_ms:.1f} ms of {step_ms:.1f} ms)", hw]
+    numbers: dict = {"exposed_fraction": round(exposed, 4), "devices": n_dev, "hosts": hosts}
     if left_to_straggler:
-        evidence.append(f"less {left_to_straggler:.1%} of the step in which the workers wait in it "
-                        f"for {straggling.numbers['straggler']} while nobody computes "
-                        "(straggler_worker)")
+        straggler = straggling.numbers["straggler"]
+        evidence.append(f"of which {left_to_straggler:.1%} of the step is the workers waiting in "
+                        f"it for {straggler} while nobody computes (straggler_worker): "
+                        f"{share:.1%} is the exchange's")
         numbers["left_to_straggler"] = round(left_to_straggler, 4)
     wait = _peer_wait(ctx) if hosts > 1 else None
     if wait is not None:
         numbers["peer_wait_fraction"] = round(wait, 4)
+        rest = ("the exchange itself" if not left_to_straggler else
+                f"the exchange itself and the wait for {straggler} above")
         evidence.append(f"{wait:.0%} of the workers' collective time passes while another worker "
-                        "still computes (waiting for a slower peer); the rest is the exchange "
-                        "itself")
+                        f"still computes (waiting for a slower peer); the rest is {rest}")
     remedy = _REMEDY[ctx.framework]
     if hosts > 1 and ctx.framework == "tensorflow":
         remedy = _SAME_MACHINE_REMEDY if machine else _MULTI_HOST_REMEDY

@@ -10,8 +10,10 @@ work), a longer input wait (its pipeline or storage), or time no event covers (P
 collection, the OS).
 
 Estimate: with the straggler as fast as the next-slowest worker, a step loses the wait of the
-worker that waits least among the others, in the steps the straggler held up. The breakdown
-counts that time as compute (a peer computed), so no other finding claims it.
+worker that waits least among the others, in the steps the straggler held up. While the
+straggler computes, the breakdown counts that time as compute; while it waits for its input or
+runs untraced code, nobody computes and it counts as collective time, which
+`collective_overhead` leaves to this finding when it claims it (`collective_fraction`).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ _REMEDY = {
     "input": (
         "Its input pipeline keeps it waiting: slower storage, a larger or compressed shard, or "
         "fewer parallel reads than the others. Give every worker the same shard sizes and "
-        "storage class, and parallel interleave and prefetch in its pipeline (the input "
-        "findings on its own trace say which)."),
+        "storage class, and parallel interleave and prefetch in its pipeline. To see which, "
+        "analyze its .xplane.pb alone, copied into a run folder of its own: here its wait "
+        "hides under the other workers' time, so no input finding names it."),
     "untraced": (
         "Its extra time is covered by no traced op: Python work in its loop, garbage "
         "collection, or the OS. Capture that worker with `recadvisor capture` (the sampler shows "
@@ -58,7 +61,7 @@ _REMEDY = {
 }
 _WHAT = {"compute": "computes", "input": "waits for its input"}
 _TITLE = {"compute": "it computes longer", "input": "it waits longer for its input",
-          "untraced": "in time no traced op covers"}
+          "untraced": "its extra time is in no traced op"}
 
 
 def _per_host_step(ctx: Context, df: pd.DataFrame, hosts: np.ndarray) -> np.ndarray:
@@ -70,10 +73,13 @@ def _per_host_step(ctx: Context, df: pd.DataFrame, hosts: np.ndarray) -> np.ndar
                      for h in hosts], dtype=np.float64).reshape(len(hosts), len(w_start))
 
 
-def _peer_waits(ctx: Context, coll: pd.DataFrame, hosts: np.ndarray) -> np.ndarray:
-    """wait[h, k]: the time in step k that host h spends in collectives while a peer is not in
-    one yet (computing, waiting for its input, or in untraced Python alike): the longest such
-    time over its peers, the one that joined last."""
+def _peer_waits(ctx: Context, coll: pd.DataFrame,
+                hosts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wait[h, k], joined[h, k]): the time in step k that host h spends in collectives while a
+    peer is not in one yet (computing, waiting for its input, or in untraced Python alike), the
+    longest such time over its peers, the one that joined last; and the time h spends in
+    collectives. A peer with no collective in a step (a worker the profiler caught for fewer
+    steps, a chief that does not train) held nobody up in it."""
     w_start, w_end = (ctx.steps.table[c].to_numpy(np.int64) for c in ("start_ns", "end_ns"))
     codes = coll["host"].array.codes
     s, e = coll["start_ns"].to_numpy(np.int64), coll["end_ns"].to_numpy(np.int64)
@@ -84,8 +90,8 @@ def _peer_waits(ctx: Context, coll: pd.DataFrame, hosts: np.ndarray) -> np.ndarr
         union = covered_per_step(np.concatenate([spans[i][0], spans[j][0]]),
                                  np.concatenate([spans[i][1], spans[j][1]]), w_start, w_end)
         # In a collective while j is not: i's time less the time both are in one.
-        out[i] = np.maximum(out[i], union - alone[j])
-    return out
+        out[i] = np.maximum(out[i], np.where(alone[j] > 0, union - alone[j], 0))
+    return out, np.array(alone, dtype=np.float64).reshape(len(hosts), len(w_start))
 
 
 def _idle_wait(ctx: Context, coll: pd.DataFrame, compute: pd.DataFrame, straggler: int,
@@ -129,15 +135,18 @@ def detect(ctx: Context) -> Finding | None:
     hosts = hosts[hosts >= 0]
     if len(hosts) < 2:
         return None
-    wait = _peer_waits(ctx, coll, hosts)
+    wait, joined = _peer_waits(ctx, coll, hosts)
     # Per step, the worker the others wait for waits least itself; the step would shrink by
-    # what the least-waiting of the others waits.
-    held_up = np.argmin(wait, axis=0)
-    ranked = np.sort(wait, axis=0)
-    others = ranked[1]
+    # what the least-waiting of the others waits. Only workers in a collective in that step
+    # take part: one that never joined waits for nobody and held nobody up.
+    taking_part = joined > 0
+    held_up = np.argmin(np.where(taking_part, wait, np.inf), axis=0)
+    ranked = np.sort(np.where(taking_part, wait, np.inf), axis=0)
+    others = np.where(np.isfinite(ranked[1]), ranked[1], 0.0)
     # Workers that wait alike hold nobody up: in-step ties (copies of one program, each
     # overlapping its own devices' compute) are no straggler.
-    held_up[~(ranked[0] <= SEPARATE * others) | (others <= 0)] = -1
+    held_up[~(ranked[0] <= SEPARATE * others) | (others <= 0)
+            | (taking_part.sum(axis=0) < 2)] = -1
     top, count = Counter(held_up.tolist()).most_common(1)[0]
     steps = held_up == top
     if top < 0 or count < CONSISTENT * ctx.n_steps:
@@ -162,8 +171,10 @@ def detect(ctx: Context) -> Finding | None:
     step_ms = ctx.steps.median_step_ns() / 1e6
     evidence = [
         f"{straggler} holds the other {len(hosts) - 1} worker(s) up in {count} of "
-        f"{ctx.n_steps} steps: they wait for it {waited_ms:.1f} ms a step (median) in their "
-        f"collectives, {saved:.1%} of step time ({step_ms:.1f} ms median step)",
+        f"{ctx.n_steps} steps: "
+        + ("the other waits" if len(hosts) == 2 else "the least delayed of them waits")
+        + f" for it {waited_ms:.1f} ms a step (median) in its collectives, {saved:.1%} of step "
+        f"time ({step_ms:.1f} ms median step)",
         "in those steps it " + " and ".join(
             f"{_WHAT[k]} {mine[k] / 1e6:.1f} ms against {theirs[k] / 1e6:.1f} ms on the others"
             for k in mine) + " (medians)"

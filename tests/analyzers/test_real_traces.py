@@ -179,9 +179,11 @@ def test_multiworker_all_reduce_over_rpc(foreign):
     ("multiworker_slow_input", "PyFunc", "input"),
 ])
 def test_a_worker_the_other_waits_for(foreign, mode, mark, cause):
-    """The `multiworker` job with worker 1 slower: 12 more matmuls in its step, or a 6 ms
-    Python function building its batches. The other worker waits for it in every all-reduce;
-    the straggler is the worker whose trace holds that work. The balanced job has none."""
+    """The `multiworker` job with worker 1 slower: 12 more matmuls in its step, or a 60 ms
+    Python function building its batches. The other worker waits for it in every all-reduce
+    (half the step or more); the straggler is the worker whose trace holds that work. In the
+    balanced job the last to join changes from step to step, or one of the two workers, which
+    share 2 cores, lags by a few ms (9% of the step in one CI run of 15)."""
     report = analyze(foreign(mode))
     ev = report.ctx.events
     slow = set(ev.loc[ev["name"].astype(str).str.contains(mark), "host"].astype(str))
@@ -189,9 +191,10 @@ def test_a_worker_the_other_waits_for(foreign, mode, mark, cause):
     f = {f.id: f for f in report.findings}.get("straggler_worker")
     assert f is not None, [(g.id, g.severity, g.evidence) for g in report.findings]
     assert f.numbers["straggler"] in slow and f.numbers["cause"] == cause, f.evidence
-    assert f.severity in ("medium", "high"), f.evidence
-    balanced = analyze(foreign("multiworker"))
-    assert "straggler_worker" not in {f.id for f in balanced.findings}
+    assert f.severity == "high" and f.step_fraction > 0.4, f.evidence
+    balanced = {f.id: f for f in analyze(foreign("multiworker")).findings}
+    lag = balanced.get("straggler_worker")
+    assert lag is None or lag.step_fraction < 0.15, lag.evidence
 
 
 def _one_worker(logdir: Path, dest: Path) -> Path:

@@ -198,3 +198,16 @@ def test_each_machines_sampler_is_read_on_its_own(tmp_path):
     host = report.ctx.steps.thread[0]
     assert report.ctx.sampler_host == host
     assert f.numbers["read_mb_per_s"] == pytest.approx(rates[host], rel=0.02)
+
+
+def test_one_machines_threads_are_not_read_with_anothers_process(tmp_path):
+    """Thread sweeps of worker1 and process sweeps of worker0 only: the process counters (CPUs,
+    CPU use) of one machine do not go with the threads of another."""
+    for host in ("worker0", "worker1"):
+        host_trace(tmp_path, wait_ms=60, host_name=host)
+    run = tmp_path / RUN
+    _sampler(run, "worker1")
+    (run / "worker1.process.parquet").rename(run / "worker0.process.parquet")
+    ctx = analyze(run).ctx
+    assert ctx.sampler_host == "worker1" and ctx.sampler_threads is not None
+    assert ctx.sampler_process is None and ctx.n_cpus is None
