@@ -131,7 +131,8 @@ class Context:
         return pd.DataFrame(df, columns=columns, copy=False)
 
     @cached_property
-    def _windows(self) -> tuple[np.ndarray, np.ndarray]:
+    def windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The step windows' (starts, ends), ns."""
         return (self.steps.table["start_ns"].to_numpy(np.int64),
                 self.steps.table["end_ns"].to_numpy(np.int64))
 
@@ -143,7 +144,7 @@ class Context:
         steps, which clipping drops). Computed once, so in_steps gathers instead of searching
         and clipping every row."""
         ev = self.events
-        w_start, w_end = self._windows
+        w_start, w_end = self.windows
         place = np.full(len(ev), OUTSIDE, dtype=np.min_scalar_type(-max(len(w_start), 2)))
         if not len(w_start):
             return place
@@ -167,7 +168,7 @@ class Context:
         kept = rows[whole]
         if not len(crossing):  # only events outside every step were left out: order holds
             return kept, step[whole], starts[kept], ends[kept]
-        idx, c_step, c_s, c_e = clip_to_steps(starts[crossing], ends[crossing], *self._windows)
+        idx, c_step, c_s, c_e = clip_to_steps(starts[crossing], ends[crossing], *self.windows)
         src = np.concatenate((kept, crossing[idx]))
         order = np.argsort(src, kind="stable")
         parts = (src, np.concatenate((step[whole], c_step)),
@@ -210,7 +211,9 @@ class Context:
         against). The files are named after their host, as the trace files are; with one trace
         file, a sampler under another name (the capture's hostname) is still its machine's.
         With several sampler hosts, the step thread's host is read when it has one."""
-        named = list(dict.fromkeys(self.run.sampler_hosts))
+        threads = self.run.threads
+        named = ([] if threads is None or "host" not in threads
+                 else [str(h) for h in threads["host"].cat.categories])
         if len(named) > 1:
             step = self.steps.thread[0] if self.steps.thread is not None else None
             ours = [h for h in named if h in self.hosts]
@@ -247,23 +250,22 @@ class Context:
         # Threads of one machine and process sweeps of another are not one process's.
         return df[keep].reset_index(drop=True) if keep.any() else None
 
-    def worker_steps(self, host: pd.Series, where: np.ndarray | None = None) -> int:
-        """What turns a count or a total over `in_steps` rows (their `host` column; `where`, the
-        rows counted) into one worker's figure per step: the steps times the hosts those rows
-        come from. Each host runs every step and does its own share of the work, so a sum over
-        several hosts' traces is theirs together (docs/trace-signals.md, "Several hosts");
-        only the hosts that hold the work count, so a chief's own work is not spread over its
-        workers."""
-        steps = max(self.n_steps, 1)
+    def hosts_holding(self, host: pd.Series, where: np.ndarray | None = None) -> int:
+        """How many hosts the `in_steps` rows (their categorical `host` column; `where`, the
+        rows counted) come from, at least 1."""
         if self.n_hosts == 1:
-            return steps
-        codes = host.array.codes if isinstance(host.dtype, pd.CategoricalDtype) else (
-            pd.factorize(host)[0])
-        if where is not None:
-            codes = codes[where]
+            return 1
+        codes = host.array.codes if where is None else host.array.codes[where]
         # A count per code, not a sort: the rows can be millions (input work).
-        seen = np.count_nonzero(np.bincount(codes[codes >= 0])) if len(codes) else 0
-        return steps * max(int(seen), 1)
+        return max(int(np.count_nonzero(np.bincount(codes[codes >= 0]))), 1) if len(codes) else 1
+
+    def worker_steps(self, host: pd.Series, where: np.ndarray | None = None) -> int:
+        """What turns a count or a total over `in_steps` rows into one worker's figure per step:
+        the steps times the hosts those rows come from. Each host runs every step and does its
+        own share of the work, so a sum over several hosts' traces is theirs together
+        (docs/trace-signals.md, "Several hosts"); only the hosts that hold the work count, so a
+        chief's own work is not spread over its workers."""
+        return max(self.n_steps, 1) * self.hosts_holding(host, where)
 
     @cached_property
     def devices_per_host(self) -> int:

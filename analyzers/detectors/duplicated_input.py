@@ -172,8 +172,7 @@ def _batches_per_step(ctx: Context) -> float:
     if roots.empty:
         return 0.0
     per_step = np.bincount(roots["step_idx"].to_numpy(), minlength=ctx.n_steps)
-    hosts = ctx.worker_steps(roots["host"]) // max(ctx.n_steps, 1)
-    return float(np.median(per_step)) / hosts
+    return float(np.median(per_step)) / ctx.hosts_holding(roots["host"])
 
 
 def detect(ctx: Context) -> Finding | None:

@@ -53,7 +53,7 @@ def detect(ctx: Context) -> Finding | None:
     re_ = np.clip(EndTimes(ev)[rows], first, last)
     ws, we = runs_work(ev, keys)
     # The step thread's own process: another worker's work covers none of its waits.
-    other = ctx.in_steps(kinds=_COVERING_KINDS, host=ctx.steps.thread[0],
+    other = ctx.in_steps(kinds=_COVERING_KINDS, host=ctx.step_host,
                          columns=("start_ns", "end_ns"))
     cs = np.concatenate([ws, other["start_ns"].to_numpy(np.int64)])
     ce = np.concatenate([we, other["end_ns"].to_numpy(np.int64)])

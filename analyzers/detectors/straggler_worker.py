@@ -66,7 +66,7 @@ _TITLE = {"compute": "it computes longer", "input": "it waits longer for its inp
 
 def _per_host_step(ctx: Context, df: pd.DataFrame, hosts: np.ndarray) -> np.ndarray:
     """cover[h, k]: the time events of `df` on host `hosts[h]` cover in step k."""
-    w_start, w_end = (ctx.steps.table[c].to_numpy(np.int64) for c in ("start_ns", "end_ns"))
+    w_start, w_end = ctx.windows
     codes = df["host"].array.codes
     s, e = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
     return np.array([covered_per_step(s[codes == h], e[codes == h], w_start, w_end)
@@ -80,18 +80,18 @@ def _peer_waits(ctx: Context, coll: pd.DataFrame,
     longest such time over its peers, the one that joined last; and the time h spends in
     collectives. A peer with no collective in a step (a worker the profiler caught for fewer
     steps, a chief that does not train) held nobody up in it."""
-    w_start, w_end = (ctx.steps.table[c].to_numpy(np.int64) for c in ("start_ns", "end_ns"))
+    w_start, w_end = ctx.windows
     codes = coll["host"].array.codes
     s, e = coll["start_ns"].to_numpy(np.int64), coll["end_ns"].to_numpy(np.int64)
     spans = [(s[codes == h], e[codes == h]) for h in hosts]
-    alone = [covered_per_step(hs, he, w_start, w_end) for hs, he in spans]
-    out = np.zeros((len(hosts), len(w_start)))
+    alone = _per_host_step(ctx, coll, hosts)
+    out = np.zeros_like(alone)
     for i, j in itertools.permutations(range(len(hosts)), 2):
         union = covered_per_step(np.concatenate([spans[i][0], spans[j][0]]),
                                  np.concatenate([spans[i][1], spans[j][1]]), w_start, w_end)
         # In a collective while j is not: i's time less the time both are in one.
         out[i] = np.maximum(out[i], np.where(alone[j] > 0, union - alone[j], 0))
-    return out, np.array(alone, dtype=np.float64).reshape(len(hosts), len(w_start))
+    return out, alone
 
 
 def _idle_wait(ctx: Context, coll: pd.DataFrame, compute: pd.DataFrame, straggler: int,
@@ -99,7 +99,7 @@ def _idle_wait(ctx: Context, coll: pd.DataFrame, compute: pd.DataFrame, straggle
     """Per step, the part of the others' wait in which nobody computes: the others are in
     collectives and the straggler neither in one nor computing. The breakdown counts that time
     as collective, which collective_overhead leaves to this finding when it claims it."""
-    w_start, w_end = (ctx.steps.table[c].to_numpy(np.int64) for c in ("start_ns", "end_ns"))
+    w_start, w_end = ctx.windows
     mine = coll["host"].array.codes == straggler
     cs, ce = coll["start_ns"].to_numpy(np.int64), coll["end_ns"].to_numpy(np.int64)
     ps, pe = compute["start_ns"].to_numpy(np.int64), compute["end_ns"].to_numpy(np.int64)
@@ -140,8 +140,9 @@ def detect(ctx: Context) -> Finding | None:
     # what the least-waiting of the others waits. Only workers in a collective in that step
     # take part: one that never joined waits for nobody and held nobody up.
     taking_part = joined > 0
-    held_up = np.argmin(np.where(taking_part, wait, np.inf), axis=0)
-    ranked = np.sort(np.where(taking_part, wait, np.inf), axis=0)
+    wait = np.where(taking_part, wait, np.inf)
+    held_up = np.argmin(wait, axis=0)
+    ranked = np.sort(wait, axis=0)
     others = np.where(np.isfinite(ranked[1]), ranked[1], 0.0)
     # Workers that wait alike hold nobody up: in-step ties (copies of one program, each
     # overlapping its own devices' compute) are no straggler.

@@ -40,8 +40,6 @@ class RunData:
     trace_files: list[Path]
     threads: pd.DataFrame | None = None
     process: pd.DataFrame | None = None
-    # The hosts the sampler files are named after (`<host>.threads.parquet`, as the trace files).
-    sampler_hosts: list[str] = field(default_factory=list)
     metadata: dict | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -210,7 +208,6 @@ def _attach_side_files(data: RunData, run_dir: Path) -> None:
             data.warnings.append(f"run metadata {meta_path.name} unreadable: {e}")
     threads = sorted(run_dir.glob(f"*{THREADS_SUFFIX}"))
     process = sorted(run_dir.glob(f"*{PROCESS_SUFFIX}"))
-    data.sampler_hosts = [p.name[: -len(THREADS_SUFFIX)] for p in threads]
     if not data.t0_unix_ns and (threads or process):
         data.warnings.append("trace has no wall-clock origin: sampler data cannot be aligned")
         return
