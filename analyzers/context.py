@@ -189,6 +189,16 @@ class Context:
         return bool(self.device_planes)
 
     @cached_property
+    def kernel_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the device kernels in the steps, none without an accelerator: host
+        work the device does not wait for costs the step nothing."""
+        if not self.has_accelerator:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        k = self.in_steps(kinds=("device_compute",), plane=is_device_plane,
+                          columns=("start_ns", "end_ns"))
+        return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
+
+    @cached_property
     def hosts(self) -> list[str]:
         """The hosts (one trace file each: a machine, or one worker process of a multi-worker
         job) that hold events."""

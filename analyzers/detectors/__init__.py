@@ -27,6 +27,7 @@ DETECTOR_IDS = (
     "per_step_overhead",
     "step_stalls",
     "host_device_pingpong",
+    "embeddings_on_host",
     "dense_embedding_update",
     "preprocessing_in_step",
 )

@@ -3,13 +3,14 @@
 Signals (accelerator traces only): within a step, device→host copies (MemcpyD2H) followed by TF ops
 on host threads and host→device copies again, while the device sits idle. The exposed host
 compute plus those copies is what keeping the step on the device would save; preprocessing ops
-(hashing, string ops, vocabulary lookups) among the host work are `preprocessing_in_step`'s.
+(hashing, string ops, vocabulary lookups) among the host work are `preprocessing_in_step`'s,
+embedding lookups and updates (and then the copies) `embeddings_on_host`'s.
 """
 
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.detectors import preprocessing_in_step, run_detector
+from analyzers.detectors import embeddings_on_host, preprocessing_in_step, run_detector
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 
@@ -37,8 +38,14 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     # own: their exposed time is counted there, not twice.
     pre = run_detector(preprocessing_in_step, ctx)
     preprocessing = pre.step_fraction if isinstance(pre, Finding) else 0.0
-    host = max(host - preprocessing, 0.0)
+    # So are embedding lookups and updates, with the copies of their bounce, which
+    # `embeddings_on_host` counts when it finds them.
+    emb = run_detector(embeddings_on_host, ctx)
+    embeddings = emb.numbers["host_fraction"] if isinstance(emb, Finding) else 0.0
+    host = max(host - preprocessing - embeddings, 0.0)
     copies = ctx.fractions.get("copy_h2d", 0.0)
+    if isinstance(emb, Finding) and emb.numbers["copies_counted_fraction"]:
+        copies = 0.0
     # Half the exposed copy time: the copies the bounce adds go, the input's own stay.
     share = host + copies * 0.5
     if per_step < 1 or share < MIN_SHARE:
@@ -56,7 +63,9 @@ def detect(ctx: Context) -> Finding | Skipped | None:
                   f"device idles: host compute {host:.1%} of the step, copies between host and "
                   f"device {copies:.1%} (half of it counted)",
                   *([f"less {preprocessing:.1%} of preprocessing ops (preprocessing_in_step)"]
-                    if preprocessing else [])],
+                    if preprocessing else []),
+                  *([f"less {embeddings:.1%} of embedding ops (embeddings_on_host)"]
+                    if embeddings else [])],
         remedy=_REMEDY[ctx.framework],
         numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
         top_events=heaviest_events(host_ops),

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import is_device_plane, op_type_of
+from analyzers.events import op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.os_sampler import summarize
 from analyzers.signals.preprocessing_ops import CAUSE_IDS, FUSED_HASH, OP_TYPES, cause_codes
@@ -60,16 +60,6 @@ _REMEDY = {
 }
 
 
-def _kernels(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-    """Device kernels' spans in the steps (none without an accelerator): host ops the device
-    does not wait for cost the step nothing."""
-    if not ctx.has_accelerator:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    k = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
-                     columns=("start_ns", "end_ns"))
-    return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
-
-
 def _exposed_ns(ops: pd.DataFrame, kernels: tuple[np.ndarray, np.ndarray]) -> int:
     return covered_outside(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), *kernels)
 
@@ -83,7 +73,7 @@ def detect(ctx: Context) -> Finding | None:
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:
         return None
-    kernels = _kernels(ctx)
+    kernels = ctx.kernel_spans
     n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}

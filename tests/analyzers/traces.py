@@ -134,11 +134,103 @@ def gpu_trace(
                 d2h.event("MemcpyD2H", end_k, MS // 5)
         if pingpong_ms:
             ps = after_copy + int(kernel_ms * MS) + MS // 4
-            hostops.event("postprocess/Unique:Unique", ps, int(pingpong_ms * MS))
+            hostops.event("postprocess/EagerPyFunc:EagerPyFunc", ps, int(pingpong_ms * MS))
         if host_op:
             name, at_ms, ms = host_op
             hostops.event(name, t0 + int(at_ms * MS), int(ms * MS))
     return b.write(tmp, host=host_name)
+
+
+def embedding_trace(
+    tmp: Path,
+    *,
+    where: str,
+    steps: int = 4,
+    step_ms: float = 100.0,
+    lookup_ms: float = 10.0,
+    update_ms: float = 8.0,
+    kernel_ms: float = 50.0,
+    copy_ms: float = 1.0,
+) -> Path:
+    """A one-GPU recommender step, in order: the ids' input copy, the forward lookup, the rows'
+    copy to the GPU, `kernel_ms` of kernels, the gradients' copy back, the table's update. The
+    lookup and update are host ops with the device idle (`where="host"`: ResourceGather,
+    UnsortedSegmentSum + ResourceSparseApplyAdagradV2, a table pinned to host memory), only the
+    sparse ops around a GPU gather on the host (`"sparse_ops"`: Unique + SparseSegmentMean, then
+    SparseSegmentMeanGrad; TF before 2.7, seed 002), or kernels like the rest (`"device"`)."""
+    host_ops = {
+        "host": ([("emb/embedding_lookup:ResourceGather", 1.0)],
+                 [("gradient_tape/emb/embedding_lookup/UnsortedSegmentSum:UnsortedSegmentSum",
+                   0.25),
+                  ("Adagrad/update_emb/ResourceSparseApplyAdagradV2:"
+                   "ResourceSparseApplyAdagradV2", 0.75)]),
+        "sparse_ops": ([("emb/embedding_lookup_sparse/Unique:Unique", 0.4),
+                        ("emb/embedding_lookup_sparse:SparseSegmentMean", 0.6)],
+                       [("gradient_tape/emb/embedding_lookup_sparse/SparseSegmentMeanGrad:"
+                         "SparseSegmentMeanGrad", 1.0)]),
+        "device": ([], []),
+    }[where]
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    compute = host.line("tf_Compute/11", line_id=11)
+    cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
+    gpu = b.plane("/device:GPU:0", plane_id=1)
+    kern = gpu.line("Stream #7(Kernel)", line_id=7)
+    h2d = gpu.line("Stream #14(MemcpyH2D)", line_id=14)
+    d2h = gpu.line("Stream #15(MemcpyD2H)", line_id=15)
+    corr = 1
+
+    def kernel(t: int, ms: float, tf_op: str) -> None:
+        nonlocal corr
+        kern.event("void tensorflow::functor::GatherOpKernel<float, int, true>"
+                   if "Gather" in tf_op else f"volta_sgemm_128x64_nn_{corr % 3}",
+                   t, int(ms * MS), correlation_id=corr, device_id=0, tf_op=Ref(tf_op))
+        cupti.event("cuLaunchKernel", t - 3000, 2500, correlation_id=corr)
+        corr += 1
+
+    def on_host(t: int, ops: list[tuple[str, float]], ms: float) -> int:
+        for name, part in ops:
+            compute.event(name, t, int(ms * part * MS))
+            t += int(ms * part * MS)
+        return t
+
+    copy = int(copy_ms * MS)
+    details = Ref("kind_src:pageable kind_dst:device size:1048576")
+    for i in range(steps):
+        t0 = int(i * step_ms * MS)
+        main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
+        t = t0 + MS // 10
+        h2d.event("MemcpyH2D", t, copy, device_id=0, memcpy_details=details)
+        t += copy
+        forward, backward = host_ops
+        if where == "device":
+            kernel(t, lookup_ms / 10, "emb/embedding_lookup:ResourceGather")
+            t += int(lookup_ms / 10 * MS)
+        else:
+            if where == "sparse_ops":
+                # The ids come back from the GPU for Unique, its result goes back for the gather.
+                d2h.event("MemcpyD2H", t, copy // 4, device_id=0)
+                t += copy // 4
+            t = on_host(t, forward, lookup_ms)
+            if where == "sparse_ops":
+                h2d.event("MemcpyH2D", t, copy, device_id=0, memcpy_details=details)
+                t += copy
+                kernel(t, lookup_ms / 10,
+                       "emb/embedding_lookup_sparse/embedding_lookup:ResourceGather")
+                t += int(lookup_ms / 10 * MS)
+            h2d.event("MemcpyH2D", t, copy, device_id=0, memcpy_details=details)
+            t += copy
+        for k in range(20):
+            kernel(t, kernel_ms / 20 - 0.01, f"dense_{k}/MatMul:MatMul")
+            t += int(kernel_ms / 20 * MS)
+        if where == "device":
+            kernel(t, update_ms / 10,
+                   "Adagrad/update_emb/ResourceSparseApplyAdagradV2:ResourceSparseApplyAdagradV2")
+        else:
+            d2h.event("MemcpyD2H", t, copy, device_id=0)
+            on_host(t + copy, backward, update_ms)
+    return b.write(tmp)
 
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
