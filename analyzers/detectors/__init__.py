@@ -18,6 +18,7 @@ DETECTOR_IDS = (
     "queue_input",
     "convert_to_tensor_gaps",
     "serialized_h2d",
+    "exposed_input_copy",
     "collective_overhead",
     "straggler_worker",
     "dstate_threads",

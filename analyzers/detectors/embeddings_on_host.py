@@ -67,21 +67,23 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     if ctx.framework != "tensorflow":
         return Skipped(ID, "keys on TensorFlow op types; host-side embedding ops of other "
                            "frameworks are not told apart yet")
-    types = {t for t in ctx.present("op_type") if cause_of(t)}
-    if not types:
+    causes = {t: c for t in ctx.present("op_type") if (c := cause_of(t))}
+    if not causes:
         return None
     ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                       name=lambda n: op_type_of(n) in types,
+                       name=lambda n: op_type_of(n) in causes,
                        columns=("host", "name", "op_type", "start_ns", "end_ns", "dur_ns"))
     total = float(ctx.total_step_ns)
-    if ops.empty or total <= 0:
+    types = {str(t) for t in ops["op_type"].unique()}
+    anchors = {causes[t][0] for t in types if causes[t][1]}
+    # Followers (a plain gather, Unique, ...) alone are other host work: host_device_pingpong's.
+    if not anchors or total <= 0:
         return None
     kernels = ctx.kernel_spans
     s, e = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
     exposed = covered_outside(s, e, *kernels) / total
     on_device = covered_ns(s, e) / total / DEVICE_FASTER
-    cause_by_type = {t: cause_of(t) for t in types}
-    of_cause = ops["op_type"].map(cause_by_type).astype(str).to_numpy()
+    of_cause = ops["op_type"].map({t: causes[t][0] for t in types}).astype(str).to_numpy()
     n = ctx.worker_steps(ops["host"])
     step_ms = ctx.steps.median_step_ns() / 1e6
     evidence: list[str] = []
@@ -102,10 +104,10 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     saved = max(exposed - on_device, 0.0) + copies
     if saved < MIN_SHARE:
         return None
-    cause = "tables_on_host" if "tables_on_host" in shares else "sparse_ops_on_host"
+    cause = "tables_on_host" if "tables_on_host" in anchors else "sparse_ops_on_host"
     if cause == "sparse_ops_on_host":
         on_gpu = sorted({op_type_of(t) for t in ctx.present("tf_op")
-                         if cause_of(op_type_of(t)) == "tables_on_host"}
+                         if (cause_of(op_type_of(t)) or ("",))[0] == "tables_on_host"}
                         if "tf_op" in ctx.events else set())
         if on_gpu:
             evidence.append(f"the lookups themselves run on the GPU ({', '.join(on_gpu)} "

@@ -4,13 +4,19 @@ Signals (accelerator traces only): within a step, device→host copies (MemcpyD2
 on host threads and host→device copies again, while the device sits idle. The exposed host
 compute plus those copies is what keeping the step on the device would save; preprocessing ops
 (hashing, string ops, vocabulary lookups) among the host work are `preprocessing_in_step`'s,
-embedding lookups and updates (and then the copies) `embeddings_on_host`'s.
+embedding lookups and updates (and then the copies) `embeddings_on_host`'s, the input's copies
+and host ops beside them `exposed_input_copy`'s.
 """
 
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.detectors import embeddings_on_host, preprocessing_in_step, run_detector
+from analyzers.detectors import (
+    embeddings_on_host,
+    exposed_input_copy,
+    preprocessing_in_step,
+    run_detector,
+)
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 
@@ -42,9 +48,13 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     # `embeddings_on_host` counts when it finds them.
     emb = run_detector(embeddings_on_host, ctx)
     embeddings = emb.numbers["host_fraction"] if isinstance(emb, Finding) else 0.0
-    host = max(host - preprocessing - embeddings, 0.0)
+    # And the input's copies, with host ops running beside them, `exposed_input_copy`'s.
+    inp = run_detector(exposed_input_copy, ctx)
+    beside = inp.numbers["host_fraction"] if isinstance(inp, Finding) else 0.0
+    host = max(host - preprocessing - embeddings - beside, 0.0)
     copies = ctx.fractions.get("copy_h2d", 0.0)
-    if isinstance(emb, Finding) and emb.numbers["copies_counted_fraction"]:
+    if (isinstance(emb, Finding) and emb.numbers["copies_counted_fraction"]) or isinstance(
+            inp, Finding):
         copies = 0.0
     # Half the exposed copy time: the copies the bounce adds go, the input's own stay.
     share = host + copies * 0.5
@@ -65,7 +75,9 @@ def detect(ctx: Context) -> Finding | Skipped | None:
                   *([f"less {preprocessing:.1%} of preprocessing ops (preprocessing_in_step)"]
                     if preprocessing else []),
                   *([f"less {embeddings:.1%} of embedding ops (embeddings_on_host)"]
-                    if embeddings else [])],
+                    if embeddings else []),
+                  *([f"less {beside:.1%} of host ops beside the input's copy "
+                     "(exposed_input_copy)"] if beside else [])],
         remedy=_REMEDY[ctx.framework],
         numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
         top_events=heaviest_events(host_ops),

@@ -17,7 +17,7 @@ parallelism, no prefetch.
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.detectors import claims, dstate_threads, duplicated_input
+from analyzers.detectors import claims, dstate_threads, duplicated_input, io_stall
 from analyzers.events import TIMELINE_RUN
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.input_pipeline import (
@@ -144,6 +144,10 @@ def detect(ctx: Context) -> Finding | None:
                and not ctx.has_accelerator and not reshaping else None)
     slowdown = sharing.counted_slowdown if sharing else 1.0
     if exposed == 0.0 and slowdown == 1.0:
+        if (wait >= MIN_UNSEEN_WAIT and _only_wrappers(pipe.stage_paths)
+                and not any(claims(m, ctx) for m in (io_stall, dstate_threads,
+                                                     duplicated_input))):
+            return _unexplained(ctx, wait, pipe.stage_paths)
         return None
     if reshaping:
         # As io_stall: k times the readers, batches k times faster, bounded by compute.
@@ -239,33 +243,76 @@ def detect(ctx: Context) -> Finding | None:
     )
 
 
+# Stages that only hand elements on (the iterator's root, tf.data's own wrappers, a prefetch):
+# a pipeline traced as these alone shows where the step waits, not what it waits for.
+_WRAPPERS = frozenset({"Iterator", "Root", "Model", "MaxIntraOpParallelism", "Prefetch",
+                       "PrivateThreadPool", "Options", "FiniteTake", "Take", "Repeat"})
+
+
+def _only_wrappers(paths: list[str]) -> bool:
+    return bool(paths) and all(set(p.split("::")) <= _WRAPPERS for p in paths)
+
+
+def _unexplained(ctx: Context, wait: float, paths: list[str]) -> Finding:
+    """The training thread waits on a traced pipeline whose producers left nothing to explain
+    it: no map-function op, reader or named cause below the stages it waits in (real Keras 2.4
+    GPU traces: one 8-62 s step waiting in a `Prefetch` with nothing under it, the callback's
+    default window at batch 2; docs/trace-signals.md, "Input copies inside the step")."""
+    notes = ["the stages it waits in are traced (" + "; ".join(paths[:3]) + "), but no reader, "
+             "map-function op or parsing below them: the producers' work ran untraced (a Python "
+             "generator, a source outside tf.data) or before the window (a shuffle buffer "
+             "filling, a cache being written)"]
+    if ctx.n_steps <= 2:
+        notes.append(
+            f"the window holds {ctx.n_steps} step(s): one this short and early in training (Keras' "
+            "TensorBoard callback profiled batch 2 by default) can hold the pipeline's start-up "
+            "rather than its steady state")
+    return _cause_unknown(
+        ctx, wait, "its producers left no events", notes,
+        remedy=("Profile a window of 10 or more steps later in training (TensorBoard("
+                "profile_batch=(100, 110)), or tf.profiler.experimental.start/stop around "
+                "them) to see whether the wait lasts; if it does, feed the step ahead of time: "
+                "map and interleave with num_parallel_calls=AUTOTUNE, prefetch(AUTOTUNE) last, "
+                "cache() after the expensive stages, a smaller shuffle buffer when it fills "
+                "slowly."),
+        numbers={"pipeline_traced": True, "stage_paths": paths[:6]})
+
+
 def _unseen(ctx: Context, wait: float) -> Finding | None:
     """The training thread waits on its input, but no event of the pipeline is in the trace (a
-    TF1 RunMetadata timeline holds the graph's own ops only): the wait is measured, its cause is
-    not, and removing it entirely is the bound on what a fix gains."""
+    TF1 RunMetadata timeline holds the graph's own ops only)."""
     # Readers seen waiting in D state explain the wait: dstate_threads' estimate counts it.
     if wait < MIN_UNSEEN_WAIT or claims(dstate_threads, ctx):
         return None
-    step_ms = ctx.steps.median_step_ns() / 1e6
     timeline = ctx.steps.source == f"markers:{TIMELINE_RUN}"
     torch = ctx.framework == "pytorch"
+    note = ("the DataLoader's workers are not in the trace" if torch else
+            "no tf.data stage, map-function op or reader event in the trace"
+            + (": a RunMetadata timeline records the Session's graph ops only, not what "
+               "tf.data's threads do" if timeline else ""))
+    return _cause_unknown(ctx, wait, "its work is not in the trace", [note],
+                          remedy=_UNSEEN_REMEDY_TORCH if torch else _UNSEEN_REMEDY,
+                          numbers={"pipeline_traced": False})
+
+
+def _cause_unknown(ctx: Context, wait: float, why: str, notes: list[str], *, remedy: str,
+                   numbers: dict) -> Finding:
+    """The wait is measured, its cause is not: removing it entirely bounds what a fix gains."""
+    step_ms = ctx.steps.median_step_ns() / 1e6
     return Finding(
         id=ID,
-        title="The input pipeline holds up training (its work is not in the trace)",
+        title=f"The input pipeline holds up training ({why})",
         step_fraction=wait,
         speedup=speedup_from_saving(wait),
         evidence=[
             f"{wait:.0%} of step time the training thread waits for the next batch "
             f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)",
-            ("the DataLoader's workers are not in the trace" if torch else
-             "no tf.data stage, map-function op or reader event in the trace"
-             + (": a RunMetadata timeline records the Session's graph ops only, not what "
-                "tf.data's threads do" if timeline else "")),
+            notes[0],
             f"estimate: the wait hidden entirely, {speedup_from_saving(wait):.2f}x: an upper "
             "bound, since the trace cannot say which fix would hide how much of it",
-        ],
-        remedy=_UNSEEN_REMEDY_TORCH if torch else _UNSEEN_REMEDY,
+            *notes[1:]],
+        remedy=remedy,
         numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
-                 "causes": [], "pipeline_traced": False},
+                 "causes": [], **numbers},
         time_ranges_ms=input_wait_ranges(ctx),
     )

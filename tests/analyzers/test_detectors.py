@@ -479,6 +479,25 @@ def test_no_contention_on_a_clean_trace_with_sampler_data(tmp_path):
     assert medium_or_high(report) == set()
 
 
+@pytest.mark.parametrize("pipeline", ["Iterator::Model::MaxIntraOpParallelism::Prefetch",
+                                      "Iterator::Model::MaxIntraOpParallelism::Prefetch::Map"])
+def test_a_wait_in_a_prefetch_with_nothing_below_it(tmp_path, pipeline):
+    """The step waits 60% in a traced pipeline whose producers left no event (real Keras 2.4
+    GPU traces: one step waiting 8-62 s in a Prefetch): the wait is reported with its cause
+    unknown and a longer, later window asked for. A stage below it that does the work (a
+    sequential Map) is a cause of its own."""
+    _, run = host_trace(tmp_path, wait_ms=60, pipeline=pipeline, readers=0, parse_ops=0)
+    f = by_id(analyze(run))["input_preprocessing"]
+    unexplained = pipeline.endswith("Prefetch")
+    assert ("producers left no events" in f.title) == unexplained
+    if unexplained:
+        assert f.step_fraction == pytest.approx(0.6, abs=0.01)
+        assert f.numbers["pipeline_traced"] is True and "profile_batch" in f.remedy
+    else:
+        assert f.numbers["causes"] == ["low_parallelism"]
+    assert "io_stall" not in by_id(analyze(run))
+
+
 # ---- convert_to_tensor_gaps -------------------------------------------------------------------
 
 def _casts(n: int, each_ms: float):

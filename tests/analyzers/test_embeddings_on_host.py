@@ -116,3 +116,12 @@ def test_run_once_per_report(tmp_path):
     """host_device_pingpong asks for this finding too: one detection per run."""
     report = analyze(embedding_trace(tmp_path, where="host"))
     assert report.ctx.memo(f"detector:{embeddings_on_host.ID}", lambda: None) is not None
+
+
+def test_a_lone_gather_is_no_table(tmp_path):
+    """A host `GatherV2` alone (real Keras 2.4 GPU traces: a gather picking samples out of the
+    host batch, 28 ms a step) is other host work, not a table's lookup; the same time in a
+    `ResourceGather` is."""
+    for op, table in (("GatherV2:GatherV2", False), (LOOKUP, True)):
+        run = gpu_trace(tmp_path / str(table), devices=1, kernel_ms=60, host_op=(op, 70.0, 20.0))
+        assert (ID in _found(run)[0]) == table

@@ -233,6 +233,50 @@ def embedding_trace(
     return b.write(tmp)
 
 
+def input_copy_trace(
+    tmp: Path,
+    *,
+    copy_ms: float = 30.0,
+    kernel_ms: float = 50.0,
+    prefetched: bool = False,
+    beside: tuple[str, float] | None = None,
+    size: int = 100_663_296,
+    steps: int = 4,
+    step_ms: float = 100.0,
+) -> Path:
+    """One GPU fed a batch per step, as Keras 2.4 fit on host arrays does it (real traces:
+    docs/trace-signals.md, "Input copies inside the step"): the iterator's `_Send` on a host thread
+    holds a `MemcpyH2D` of `size` bytes taking `copy_ms`, then `kernel_ms` of kernels, then the
+    loss read back (a 4-byte MemcpyD2H). `prefetched`: the copy of the next batch runs during
+    this step's kernels instead. `beside` (name, ms): a host op starting with the copy."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main = host.line("python3", line_id=1)
+    send = host.line("tf_Compute/12", line_id=12)
+    compute = host.line("tf_Compute/11", line_id=11)
+    gpu = b.plane("/device:GPU:0", plane_id=1)
+    kern = gpu.line("Stream #13(Compute)", line_id=13)
+    h2d = gpu.line("Stream #14(MemcpyH2D)", line_id=14)
+    d2h = gpu.line("Stream #15(MemcpyD2H)", line_id=15)
+    details = Ref(f"size:{size} dest:0 async:1")
+    for i in range(steps):
+        t0 = int(i * step_ms * MS)
+        main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
+        start = t0 + MS // 10
+        at = start + (MS if prefetched else 0)
+        send.event("IteratorGetNext/_3:_Send", at - 5000, int(copy_ms * MS) + 10_000)
+        h2d.event("MemcpyH2D", at, int(copy_ms * MS), device_id=0, memcpy_details=details)
+        if beside:
+            compute.event(beside[0], at, int(beside[1] * MS))
+        k0 = start if prefetched else at + int(max(copy_ms, beside[1] if beside else 0) * MS)
+        for k in range(10):
+            kern.event(f"volta_sgemm_128x64_nn_{k % 3}", k0 + int(k * kernel_ms / 10 * MS),
+                       int(kernel_ms / 10 * MS) - 1000, device_id=0)
+        d2h.event("MemcpyD2H", k0 + int(kernel_ms * MS), 2000, device_id=0,
+                  memcpy_details=Ref("size:4 dest:0 async:1"))
+    return b.write(tmp)
+
+
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
                   rchar_mb_per_s: float | None = None, host: str = "host") -> None:
