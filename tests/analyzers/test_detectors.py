@@ -1040,6 +1040,19 @@ def test_many_tiny_kernels_are_launch_overhead(tmp_path):
     assert f["kernel_launch_overhead"].numbers["ops_per_step"] == 400
 
 
+@pytest.mark.parametrize(("kernels", "expected"), [(60, False), (120, True)])
+def test_a_gpu_idle_in_the_executor_between_tiny_kernels(tmp_path, kernels, expected):
+    """A small model's step (real Keras 2.4 traces: 145-148 kernels of 4 µs, the GPU idle 92-96%
+    of the step): the executor works 60 ms of each 100 ms step around 5 µs kernels. 60 kernels
+    are too few to call that launch overhead."""
+    run = gpu_trace(tmp_path, kernels=kernels, kernel_ms=kernels * 0.005, devices=1,
+                    host_op=("ExecutorState::Process", 0.1, 60.0))
+    f = by_id(analyze(run)).get("kernel_launch_overhead")
+    assert (f is not None) == expected
+    if expected:
+        assert f.step_fraction == pytest.approx(0.6, abs=0.02) and f.severity == "high"
+
+
 def test_few_long_kernels_are_not_launch_overhead(tmp_path):
     assert "kernel_launch_overhead" not in by_id(analyze(gpu_trace(tmp_path, kernels=10)))
 
