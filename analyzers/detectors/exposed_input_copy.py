@@ -28,6 +28,7 @@ from analyzers.context import Context
 from analyzers.detectors import claims, serialized_h2d
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.copy_back import before_first_copy_back
 from analyzers.steps import covered_ns, covered_outside
 
 ID = "exposed_input_copy"
@@ -66,14 +67,6 @@ def _bytes(copies: pd.DataFrame) -> float:
     return float(np.nansum(np.where(n >= 0, n, np.nan)))
 
 
-def _before_first_d2h(ctx: Context, df: pd.DataFrame) -> np.ndarray:
-    """Rows of `df` (in-step parts) starting before their step's first device→host copy."""
-    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("step_idx", "start_ns"))
-    first = np.full(ctx.n_steps, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, d2h["step_idx"].to_numpy(), d2h["start_ns"].to_numpy())
-    return df["start_ns"].to_numpy() < first[df["step_idx"].to_numpy()]
-
-
 def detect(ctx: Context) -> Finding | None:
     if not ctx.has_accelerator or claims(serialized_h2d, ctx):
         return None
@@ -83,7 +76,7 @@ def detect(ctx: Context) -> Finding | None:
     total = float(ctx.total_step_ns)
     if h2d.empty or total <= 0:
         return None
-    h2d = h2d[_before_first_d2h(ctx, h2d)]
+    h2d = h2d[before_first_copy_back(ctx, h2d)]
     kernels = ctx.kernel_spans
     cs, ce = h2d["start_ns"].to_numpy(), h2d["end_ns"].to_numpy()
     copy_ns = covered_outside(cs, ce, *kernels)
@@ -92,7 +85,7 @@ def detect(ctx: Context) -> Finding | None:
     # Host ops overlapping the copies, themselves uncovered by kernels.
     ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
                        columns=("host", "name", "step_idx", "start_ns", "end_ns", "dur_ns"))
-    ops = ops[_before_first_d2h(ctx, ops)]
+    ops = ops[before_first_copy_back(ctx, ops)]
     order = np.argsort(cs)
     s_sorted, e_max = cs[order], np.maximum.accumulate(ce[order])
     k = np.searchsorted(s_sorted, ops["end_ns"].to_numpy(), side="left") - 1
@@ -144,4 +137,7 @@ def detect(ctx: Context) -> Finding | None:
                  "mb_per_step": round(nbytes / n / 1e6, 3),
                  "gb_per_s": round(gbps, 2)},
         top_events=heaviest_events(ops) if names else [],
+        # The reference trainer's serial copies are this on a single GPU.
+        config_changes=({"input_copy": "distributed"}
+                        if ctx.config and ctx.config.get("input_copy") == "serial" else {}),
     )

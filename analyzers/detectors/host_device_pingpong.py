@@ -19,6 +19,7 @@ from analyzers.detectors import (
 )
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
+from analyzers.signals.copy_back import before_first_copy_back
 
 ID = "host_device_pingpong"
 MIN_SHARE = 0.03
@@ -61,17 +62,24 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     if per_step < 1 or share < MIN_SHARE:
         return None
     host_ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                            columns=("name", "dur_ns"))
+                            columns=("name", "step_idx", "start_ns", "dur_ns"))
     if host_ops.empty:
         return None
+    # A bounce is host work after results came back; host-only ops before any copy back are
+    # the step's own host placement (an op without a GPU kernel, a py_function on the input).
+    dur = host_ops["dur_ns"].to_numpy()
+    after = float(dur[~before_first_copy_back(ctx, host_ops)].sum()) / max(float(dur.sum()), 1)
+    bounce = after >= 0.5
     return Finding(
         id=ID,
-        title="The step bounces between host and device",
+        title=("The step bounces between host and device" if bounce else
+               "Host-only ops run inside the step while the device idles"),
         step_fraction=share,
         speedup=speedup_from_saving(share * 0.8),
-        evidence=[f"{per_step:.0f} device→host copies per step, then host work while the "
-                  f"device idles: host compute {host:.1%} of the step, copies between host and "
-                  f"device {copies:.1%} (half of it counted)",
+        evidence=[f"{per_step:.0f} device→host copies per step; host work while the device "
+                  f"idles: host compute {host:.1%} of the step, copies between host and device "
+                  f"{copies:.1%} (half of it counted); {after:.0%} of the host ops' time comes "
+                  "after a copy back in its step",
                   *([f"less {preprocessing:.1%} of preprocessing ops (preprocessing_in_step)"]
                     if preprocessing else []),
                   *([f"less {embeddings:.1%} of embedding ops (embeddings_on_host)"]

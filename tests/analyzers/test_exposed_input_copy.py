@@ -89,9 +89,33 @@ def test_copies_after_a_result_came_back_are_not_the_input(tmp_path):
     found = _found(b.write(tmp_path))
     assert ID not in found
     assert found["host_device_pingpong"].severity in ("medium", "high")
+    assert found["host_device_pingpong"].title == "The step bounces between host and device"
+
+
+def test_host_ops_before_any_copy_back_are_no_bounce(tmp_path):
+    """A 30 ms py_function at the step's start (its input's copy too small to count), the loss
+    read back at the end: host_device_pingpong reports host-only ops, not a bounce."""
+    run = input_copy_trace(tmp_path, copy_ms=0.5, beside=("pre/EagerPyFunc:EagerPyFunc", 30.0))
+    found = _found(run)
+    assert ID not in found
+    f = found["host_device_pingpong"]
+    assert f.title == "Host-only ops run inside the step while the device idles"
+    assert f.step_fraction == pytest.approx(0.3, abs=0.01)
 
 
 def test_cpu_only_traces_have_no_device_copy(tmp_path):
     _, run = host_trace(tmp_path)
     report = analyze(run)
     assert ID not in {f.id for f in report.findings} | {s.id for s in report.skipped}
+
+
+def test_the_reference_trainers_fix(tmp_path):
+    """A run of the reference trainer with per-device copies from Python (`input_copy: serial`),
+    on one GPU: the remedy's config change is its distributed, prefetched dataset."""
+    import json
+
+    run = input_copy_trace(tmp_path)
+    (run / "recadvisor_run.json").write_text(json.dumps({"config": {"input_copy": "serial"}}))
+    f = _found(run)[ID]
+    assert f.config_changes == {"input_copy": "distributed"}
+    assert f.fix_command and "--input-copy distributed" in f.fix_command
