@@ -127,3 +127,17 @@ def test_a_worker_missing_from_the_all_reduce_holds_nobody_up(tmp_path, case):
     assert _finding(tmp_path) is None
     coll = by_id(analyze(tmp_path))["collective_overhead"]
     assert "left_to_straggler" not in coll.numbers
+
+
+def test_the_idle_wait_is_the_least_delayed_workers(tmp_path):
+    """Three workers: worker_a joins the all-reduce at 30 ms, worker_b idles 10 ms first (no
+    event), worker_c, the straggler, 20 ms. From 30 to 50 ms nobody computes and worker_a's
+    all-reduce runs, but worker_b waits only 10 ms: the wait nobody computes through, which
+    collective_overhead leaves to this finding, is that least delayed worker's."""
+    _worker(tmp_path, "worker_a")
+    _worker(tmp_path, "worker_b", idle_ms=10)
+    _worker(tmp_path, "worker_c", idle_ms=20)
+    f = _finding(tmp_path)
+    assert f.numbers["straggler"] == "worker_c" and f.numbers["cause"] == "untraced"
+    assert f.numbers["others_wait_ms"] == pytest.approx(10, abs=0.1)
+    assert f.numbers["collective_fraction"] == pytest.approx(0.10, abs=0.002)
