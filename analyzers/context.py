@@ -24,7 +24,7 @@ from analyzers.events import (
 )
 from analyzers.ingest.logdir import RunData
 from analyzers.scaling import metadata_device_count
-from analyzers.steps import Steps, clip_to_steps, step_breakdown
+from analyzers.steps import Steps, clip_to_steps, covered_outside, step_breakdown
 
 _CPU_DEVICE = re.compile(r"device:CPU:(\d+)")
 # MirroredStrategy names replica i's ops `replica_i/...` (replica 0 has no prefix) and its
@@ -192,11 +192,34 @@ class Context:
     def kernel_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the device kernels in the steps, none without an accelerator: host
         work the device does not wait for costs the step nothing."""
-        if not self.has_accelerator:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        k = self.in_steps(kinds=("device_compute",), plane=is_device_plane,
-                          columns=("start_ns", "end_ns"))
+        k = self._kernels
         return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
+
+    @cached_property
+    def _kernels(self) -> pd.DataFrame:
+        if not self.has_accelerator:
+            return pd.DataFrame({"host": pd.Categorical([]), "start_ns": np.empty(0, np.int64),
+                                 "end_ns": np.empty(0, np.int64)})
+        return self.in_steps(kinds=("device_compute",), plane=is_device_plane,
+                             columns=("host", "start_ns", "end_ns"))
+
+    def kernel_idle_share(self, df: pd.DataFrame, *, kernels: bool = True) -> float:
+        """The share of a worker's step time the intervals of `df` (in-step parts with `host`,
+        `start_ns`, `end_ns`) cover while no kernel of their own host runs (with `kernels`
+        False: at all): each host's against its own GPUs, averaged over the hosts that hold
+        rows (one worker's share, as worker_steps counts)."""
+        total = self.total_step_ns
+        if df.empty or total <= 0:
+            return 0.0
+        k = self._kernels if kernels else self._kernels.iloc[:0]
+        k_host = np.asarray(k["host"].astype(str)) if len(k) else np.empty(0, dtype=object)
+        hosts = np.asarray(df["host"].astype(str))
+        s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
+        ks, ke = k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
+        held = np.unique(hosts)
+        ns = sum(covered_outside(s[hosts == h], e[hosts == h], ks[k_host == h], ke[k_host == h])
+                 for h in held)
+        return ns / len(held) / total
 
     @cached_property
     def hosts(self) -> list[str]:

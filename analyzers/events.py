@@ -163,6 +163,10 @@ def is_torch_op(name: str) -> bool:
     return bool(_TORCH_OP.match(name))
 
 
+HOST_PLANE = "/host:CPU"
+CUPTI_PLANE = "/host:CUPTI"
+
+
 def is_device_plane(plane: str) -> bool:
     return plane.startswith("/device:") and not plane.startswith("/device:CPU")
 
@@ -560,14 +564,25 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     id."""
     if not len(rows):
         return
-    plane_codes = df["plane"].array.codes
+    planes = list(df["plane"].cat.categories)
+    # TF 2.5+ writes CUDA API calls on their own plane, one line per thread keyed by its id as
+    # the `/host:CPU` plane keys TraceMe lines (xprof merges the two when it converts): a call
+    # and the op that makes it share a line id across the two planes.
+    same = np.arange(len(planes) + 1, dtype=np.int64)
+    if CUPTI_PLANE in planes and HOST_PLANE in planes:
+        same[planes.index(CUPTI_PLANE)] = planes.index(HOST_PLANE)
+    plane_codes = same[df["plane"].array.codes]
     kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
     line_ids = df["line_id"].array.codes
     width = len(df["line_id"].cat.categories) + 1
+    n_planes = len(planes) + 1
+    host_codes = df["host"].array.codes.astype(np.int64) if "host" in df else 0
 
     def thread_of(idx: np.ndarray) -> np.ndarray:
-        # Threads as (plane, line id) codes: line names repeat across threads.
-        return plane_codes[idx].astype(np.int64) * width + line_ids[idx]
+        # Threads as (file, plane, line id) codes: line names repeat across threads, and line
+        # ids (thread ids) across the processes of a multi-worker logdir.
+        host = host_codes[idx] if isinstance(host_codes, np.ndarray) else 0
+        return (host * n_planes + plane_codes[idx]) * width + line_ids[idx]
 
     call_thread = thread_of(rows)
     ops = np.flatnonzero(kind == _HOST_OP)

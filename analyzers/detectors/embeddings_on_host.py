@@ -19,11 +19,14 @@ stay), which `host_device_pingpong` then leaves to this finding.
 
 from __future__ import annotations
 
+import pandas as pd
+
 from analyzers.context import Context
+from analyzers.detectors import exposed_input_copy, run_detector
 from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
-from analyzers.signals.embedding_ops import CAUSE_IDS, cause_of
-from analyzers.steps import covered_ns, covered_outside
+from analyzers.signals.copy_back import copies_back_per_step
+from analyzers.signals.embedding_ops import CAUSE_IDS, cause_of, embedding_host_ops
 
 ID = "embeddings_on_host"
 MIN_SHARE = 0.03
@@ -67,23 +70,13 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     if ctx.framework != "tensorflow":
         return Skipped(ID, "keys on TensorFlow op types; host-side embedding ops of other "
                            "frameworks are not told apart yet")
-    causes = {t: c for t in ctx.present("op_type") if (c := cause_of(t))}
-    if not causes:
+    ops = embedding_host_ops(ctx)
+    if ops.empty or ctx.total_step_ns <= 0:
         return None
-    ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                       name=lambda n: op_type_of(n) in causes,
-                       columns=("host", "name", "op_type", "start_ns", "end_ns", "dur_ns"))
-    total = float(ctx.total_step_ns)
-    types = {str(t) for t in ops["op_type"].unique()}
-    anchors = {causes[t][0] for t in types if causes[t][1]}
-    # Followers (a plain gather, Unique, ...) alone are other host work: host_device_pingpong's.
-    if not anchors or total <= 0:
-        return None
-    kernels = ctx.kernel_spans
-    s, e = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    exposed = covered_outside(s, e, *kernels) / total
-    on_device = covered_ns(s, e) / total / DEVICE_FASTER
-    of_cause = ops["op_type"].map({t: causes[t][0] for t in types}).astype(str).to_numpy()
+    anchors = set(ops.attrs["anchors"])
+    of_cause = ops["cause"].to_numpy()
+    exposed = ctx.kernel_idle_share(ops)
+    on_device = ctx.kernel_idle_share(ops, kernels=False) / DEVICE_FASTER
     n = ctx.worker_steps(ops["host"])
     step_ms = ctx.steps.median_step_ns() / 1e6
     evidence: list[str] = []
@@ -92,30 +85,28 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         mine = of_cause == cause
         if not mine.any():
             continue
-        share = covered_outside(s[mine], e[mine], *kernels) / total
+        share = ctx.kernel_idle_share(ops[mine])
         shares[cause] = share
         kinds = ", ".join(sorted({str(t) for t in ops["op_type"][mine].unique()}))
         evidence.append(f"{_WHAT[cause]}: {mine.sum() / n:.0f} host op(s) per step ({kinds}), "
                         f"{share:.1%} of the step with no kernel running ({share * step_ms:.2f} "
                         f"ms of a {step_ms:.1f} ms step)")
-    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("host",))
-    d2h_per_step = len(d2h) / ctx.worker_steps(d2h["host"]) if len(d2h) else 0.0
-    copies = (ctx.fractions.get("copy_h2d", 0.0) * COPIES_COUNTED if d2h_per_step >= 1 else 0.0)
-    saved = max(exposed - on_device, 0.0) + copies
+    d2h_per_step = copies_back_per_step(ctx)
+    copies = _bounce_copies(ctx, ops, exposed) if d2h_per_step >= 1 else 0.0
+    saved = max(exposed - on_device, 0.0) + copies * COPIES_COUNTED
     if saved < MIN_SHARE:
         return None
     cause = "tables_on_host" if "tables_on_host" in anchors else "sparse_ops_on_host"
-    if cause == "sparse_ops_on_host":
+    if cause == "sparse_ops_on_host" and "tf_op" in ctx.events:
         on_gpu = sorted({op_type_of(t) for t in ctx.present("tf_op")
-                         if (cause_of(op_type_of(t)) or ("",))[0] == "tables_on_host"}
-                        if "tf_op" in ctx.events else set())
+                         if cause_of(op_type_of(t)) == ("tables_on_host", True)})
         if on_gpu:
             evidence.append(f"the lookups themselves run on the GPU ({', '.join(on_gpu)} "
                             "kernels): the ops around them send ids and rows back and forth")
     if copies:
         evidence.append(f"{d2h_per_step:.0f} device→host copies per step; copies between host "
-                        f"and device take {copies / COPIES_COUNTED:.1%} of the step with nothing "
-                        "else running, half of it counted")
+                        f"and device take {copies:.1%} more of the step with nothing else "
+                        "running (the input's own copies left out), half of it counted")
     evidence.append(f"on the GPU the same work would take about 1/{DEVICE_FASTER:.0f} of its "
                     f"{on_device * DEVICE_FASTER:.1%} of the step (memory-bound; seed 001: "
                     "2 TB/s for one A100 against 409.6 GB/s for two EPYC sockets): "
@@ -123,15 +114,28 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     return Finding(
         id=ID,
         title=_TITLE[cause],
-        step_fraction=exposed + copies / COPIES_COUNTED,
+        step_fraction=exposed + copies,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
         remedy=_REMEDY[cause],
         numbers={"cause": cause, "causes": list(shares),
                  **{f"{c}_fraction": round(v, 4) for c, v in shares.items()},
                  "host_fraction": round(exposed, 4),
-                 "copies_counted_fraction": round(copies, 4),
+                 "copies_fraction": round(copies, 4),
                  "ops_per_step": round(len(ops) / n, 1),
                  "d2h_per_step": round(d2h_per_step, 1)},
         top_events=heaviest_events(ops),
     )
+
+
+def _bounce_copies(ctx: Context, ops: pd.DataFrame, exposed: float) -> float:
+    """The share copies between host and device add to the ops' exposed time, with no kernel
+    running, less the input's copies that exposed_input_copy counts."""
+    copies = ctx.in_steps(kinds=("h2d", "d2h"), plane=is_device_plane,
+                          columns=("host", "start_ns", "end_ns"))
+    both = pd.concat([ops[["host", "start_ns", "end_ns"]], copies], ignore_index=True)
+    added = ctx.kernel_idle_share(both) - exposed
+    inp = run_detector(exposed_input_copy, ctx)
+    if isinstance(inp, Finding):
+        added -= inp.numbers["copy_fraction"]
+    return max(added, 0.0)

@@ -26,10 +26,12 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.detectors import claims, serialized_h2d
-from analyzers.events import is_device_plane
+from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.copy_back import before_first_copy_back
-from analyzers.steps import covered_ns, covered_outside
+from analyzers.signals.embedding_ops import embedding_host_ops
+from analyzers.signals.preprocessing_ops import OP_TYPES as PREPROCESSING_OPS
+from analyzers.steps import merge_intervals
 
 ID = "exposed_input_copy"
 MIN_SHARE = 0.03
@@ -50,89 +52,102 @@ _REMEDY = {
         "and send fewer bytes (uint8 images, int32 ids, half-precision features, cast on the "
         "GPU)."),
 }
-_BESIDE = ("Move the ops that run on the host beside the copy ({ops}) into the input pipeline "
-           "(dataset.map before the prefetch) or onto the GPU.")
+_BESIDE = {
+    "tensorflow": ("Move the ops that run on the host beside the copy ({ops}) into the input "
+                   "pipeline (dataset.map before the prefetch) or onto the GPU."),
+    "pytorch": ("Move the host work that runs beside the copy ({ops}) into the DataLoader's "
+                "workers (the dataset's __getitem__ or collate_fn) or onto the GPU."),
+}
 
 
 def _bytes(copies: pd.DataFrame) -> float:
-    """Bytes the copies moved: the `bytes` stat where the trace has one (-1 where not), else the
-    size in TF's `memcpy_details` text (`size:100663296 dest:0 async:1`)."""
-    n = np.full(len(copies), -1.0)
-    if "bytes" in copies:
-        n = np.asarray(copies["bytes"], dtype=float)
-    if "memcpy_details" in copies:
-        sizes = (copies["memcpy_details"].astype(str).str.extract(_SIZE, expand=False)
-                 .astype(float).to_numpy())
-        n = np.where(n >= 0, n, sizes)
-    return float(np.nansum(np.where(n >= 0, n, np.nan)))
+    """Bytes the copies moved, from the size in TF's `memcpy_details` text (`size:100663296
+    dest:0 async:1`), read once per distinct text; copies without one count nothing."""
+    if "memcpy_details" not in copies:
+        return 0.0
+    details = copies["memcpy_details"]
+    sizes = details.cat.categories.to_series().str.extract(_SIZE, expand=False).astype(float)
+    per_row = sizes.to_numpy()[details.array.codes]
+    return float(np.nansum(np.where(details.array.codes >= 0, per_row, np.nan)))
+
+
+def _beside(ops: pd.DataFrame, cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
+    """Per op, whether it overlaps some copy [cs, ce)."""
+    ms, me = merge_intervals(cs, ce)
+    k = np.searchsorted(ms, ops["end_ns"].to_numpy(), side="left") - 1
+    return (k >= 0) & (me[np.maximum(k, 0)] > ops["start_ns"].to_numpy()) if len(ms) else (
+        np.zeros(len(ops), dtype=bool))
+
+
+def _counted_elsewhere(ctx: Context) -> set[str]:
+    """Host op names other detectors count on their own: preprocessing ops
+    (preprocessing_in_step) and embedding lookups (embeddings_on_host)."""
+    names = {str(n) for n in embedding_host_ops(ctx).get("name", pd.Series(dtype=str)).unique()}
+    return names | {n for n in ctx.present("name") if op_type_of(n) in PREPROCESSING_OPS}
 
 
 def detect(ctx: Context) -> Finding | None:
     if not ctx.has_accelerator or claims(serialized_h2d, ctx):
         return None
     cols = ("host", "step_idx", "start_ns", "end_ns", "dur_ns",
-            *(c for c in ("bytes", "memcpy_details") if c in ctx.events))
+            *(c for c in ("memcpy_details",) if c in ctx.events))
     h2d = ctx.in_steps(kinds=("h2d",), plane=is_device_plane, columns=cols)
-    total = float(ctx.total_step_ns)
-    if h2d.empty or total <= 0:
+    if h2d.empty or ctx.total_step_ns <= 0:
         return None
     h2d = h2d[before_first_copy_back(ctx, h2d)]
-    kernels = ctx.kernel_spans
-    cs, ce = h2d["start_ns"].to_numpy(), h2d["end_ns"].to_numpy()
-    copy_ns = covered_outside(cs, ce, *kernels)
-    if copy_ns / total < MIN_SHARE:
+    copy_share = ctx.kernel_idle_share(h2d)
+    if copy_share < MIN_SHARE:
         return None
-    # Host ops overlapping the copies, themselves uncovered by kernels.
+    # Host ops overlapping the copies (other detectors' own ops aside), with no kernel either.
+    cs, ce = h2d["start_ns"].to_numpy(), h2d["end_ns"].to_numpy()
+    elsewhere = _counted_elsewhere(ctx)
     ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
+                       name=lambda n: n not in elsewhere,
                        columns=("host", "name", "step_idx", "start_ns", "end_ns", "dur_ns"))
     ops = ops[before_first_copy_back(ctx, ops)]
-    order = np.argsort(cs)
-    s_sorted, e_max = cs[order], np.maximum.accumulate(ce[order])
-    k = np.searchsorted(s_sorted, ops["end_ns"].to_numpy(), side="left") - 1
-    beside = (k >= 0) & (e_max[np.maximum(k, 0)] > ops["start_ns"].to_numpy())
-    ops = ops[beside]
-    os_, oe = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    union_ns = covered_outside(np.concatenate([cs, os_]), np.concatenate([ce, oe]), *kernels)
-    host_ns = union_ns - copy_ns
-    beside_ns = covered_outside(os_, oe, *kernels)
-    kernel_ns = covered_ns(*kernels)
-    saved = min(union_ns, kernel_ns) / total
+    ops = ops[_beside(ops, cs, ce)]
+    spans = ["host", "start_ns", "end_ns"]
+    union = ctx.kernel_idle_share(pd.concat([h2d[spans], ops[spans]], ignore_index=True))
+    beside = ctx.kernel_idle_share(ops)
+    kernel_share = ctx.kernel_idle_share(ctx.in_steps(
+        kinds=("device_compute",), plane=is_device_plane, columns=spans), kernels=False)
+    saved = min(union, kernel_share)
     if saved < MIN_SHARE:
         return None
     n = ctx.worker_steps(h2d["host"])
     step_ms = ctx.steps.median_step_ns() / 1e6
     nbytes = _bytes(h2d)
-    copy_busy = covered_ns(cs, ce)
-    gbps = nbytes / copy_busy if copy_busy and nbytes else 0.0
+    busy_ns = float(h2d["dur_ns"].sum())
+    gbps = nbytes / busy_ns if busy_ns and nbytes else 0.0
     evidence = [
         f"{len(h2d) / n:.0f} host→device copies per step before any result comes back"
         + (f", {nbytes / n / 1e6:,.1f} MB per step at {gbps:.1f} GB/s" if nbytes else "")
-        + f": {copy_ns / total:.1%} of the step with no kernel running "
-        f"({copy_ns / total * step_ms:.2f} ms of a {step_ms:.1f} ms step)"]
+        + f": {copy_share:.1%} of the step with no kernel running "
+        f"({copy_share * step_ms:.2f} ms of a {step_ms:.1f} ms step)"]
     if gbps and gbps < PAGEABLE_GBPS:
         evidence.append(f"{gbps:.1f} GB/s is a pageable copy's rate (pinned memory over PCIe: "
                         "12-25 GB/s)")
     names: list[str] = []
-    if host_ns > 0:
+    if not ops.empty:
         top = ops.groupby("name", observed=True)["dur_ns"].sum().sort_values(ascending=False)
         names = [str(x) for x in top.index[:3]]
         evidence.append(f"beside the copies, {len(ops) / n:.0f} host op(s) per step run with no "
-                        f"kernel either ({', '.join(names)}): {host_ns / total:.1%} more of the "
-                        "step, counted here because the GPU waits for both")
-    if saved * total < union_ns:
+                        f"kernel either ({', '.join(names)}): {union - copy_share:.1%} more of "
+                        "the step, counted here because the GPU waits for both")
+    if saved < union:
         evidence.append(f"a prefetched copy hides under the previous step's kernels, "
-                        f"{kernel_ns / total:.1%} of the step: the estimate is capped there")
-    remedy = _REMEDY[ctx.framework] + (" " + _BESIDE.format(ops=", ".join(names))
+                        f"{kernel_share:.1%} of the step: the estimate is capped there")
+    remedy = _REMEDY[ctx.framework] + (" " + _BESIDE[ctx.framework].format(ops=", ".join(names))
                                        if names else "")
     return Finding(
         id=ID,
         title="The input batch is copied to the GPU inside the step while the GPU waits",
-        step_fraction=union_ns / total,
+        step_fraction=union,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
         remedy=remedy,
-        numbers={"copy_fraction": round(copy_ns / total, 4),
-                 "host_fraction": round(beside_ns / total, 4),
+        numbers={"copy_fraction": round(copy_share, 4),
+                 "host_fraction": round(beside, 4),
                  "copies_per_step": round(len(h2d) / n, 1),
                  "mb_per_step": round(nbytes / n / 1e6, 3),
                  "gb_per_s": round(gbps, 2)},

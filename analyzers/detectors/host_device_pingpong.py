@@ -17,9 +17,11 @@ from analyzers.detectors import (
     preprocessing_in_step,
     run_detector,
 )
-from analyzers.events import is_device_plane
+from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
-from analyzers.signals.copy_back import before_first_copy_back
+from analyzers.signals.copy_back import before_first_copy_back, copies_back_per_step
+from analyzers.signals.embedding_ops import embedding_host_ops
+from analyzers.signals.preprocessing_ops import OP_TYPES as PREPROCESSING_OPS
 
 ID = "host_device_pingpong"
 MIN_SHARE = 0.03
@@ -38,9 +40,9 @@ _REMEDY = {
 def detect(ctx: Context) -> Finding | Skipped | None:
     if not ctx.has_accelerator:
         return Skipped(ID, "no accelerator plane in the trace: host and device are the same CPU")
-    d2h = ctx.in_steps(kinds=("d2h",), plane=is_device_plane, columns=("host", "name"))
-    per_step = len(d2h) / ctx.worker_steps(d2h["host"])
+    per_step = copies_back_per_step(ctx)
     host = ctx.fractions.get("host_compute", 0.0)
+    copies = ctx.fractions.get("copy_h2d", 0.0)
     # Preprocessing ops among the host ops are `preprocessing_in_step`'s, with a remedy of its
     # own: their exposed time is counted there, not twice.
     pre = run_detector(preprocessing_in_step, ctx)
@@ -53,16 +55,17 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     inp = run_detector(exposed_input_copy, ctx)
     beside = inp.numbers["host_fraction"] if isinstance(inp, Finding) else 0.0
     host = max(host - preprocessing - embeddings - beside, 0.0)
-    copies = ctx.fractions.get("copy_h2d", 0.0)
-    if (isinstance(emb, Finding) and emb.numbers["copies_counted_fraction"]) or isinstance(
-            inp, Finding):
-        copies = 0.0
+    taken = ((emb.numbers["copies_fraction"] if isinstance(emb, Finding) else 0.0)
+             + (inp.numbers["copy_fraction"] if isinstance(inp, Finding) else 0.0))
+    copies = max(copies - taken, 0.0)
     # Half the exposed copy time: the copies the bounce adds go, the input's own stay.
     share = host + copies * 0.5
     if per_step < 1 or share < MIN_SHARE:
         return None
     host_ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                            columns=("name", "step_idx", "start_ns", "dur_ns"))
+                            columns=("host", "name", "step_idx", "start_ns", "dur_ns"))
+    claimed = _claimed_names(ctx, pre, emb, inp)
+    host_ops = host_ops[~host_ops["name"].astype(str).isin(claimed)]
     if host_ops.empty:
         return None
     # A bounce is host work after results came back; host-only ops before any copy back are
@@ -90,3 +93,16 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         numbers={"d2h_per_step": round(per_step, 1), "exposed_fraction": round(share, 4)},
         top_events=heaviest_events(host_ops),
     )
+
+
+def _claimed_names(ctx: Context, pre: object, emb: object, inp: object) -> set[str]:
+    """Names of the host ops the other findings count: preprocessing ops, embedding lookups,
+    and the ops exposed_input_copy found beside the input's copy (its top events)."""
+    names: set[str] = set()
+    if isinstance(pre, Finding):
+        names |= {n for n in ctx.present("name") if op_type_of(n) in PREPROCESSING_OPS}
+    if isinstance(emb, Finding):
+        names |= {str(n) for n in embedding_host_ops(ctx)["name"].unique()}
+    if isinstance(inp, Finding):
+        names |= {t["name"] for t in inp.top_events}
+    return names

@@ -144,7 +144,10 @@ def detect(ctx: Context) -> Finding | None:
                and not ctx.has_accelerator and not reshaping else None)
     slowdown = sharing.counted_slowdown if sharing else 1.0
     if exposed == 0.0 and slowdown == 1.0:
-        if (wait >= MIN_UNSEEN_WAIT and _only_wrappers(pipe.stage_paths)
+        # Nothing below the stages: no parsing, no map-function ops, no reads.
+        bare = (_only_wrappers(pipe.stage_paths) and not pipe.parse_ops_per_step
+                and not pipe.input_op_ms_per_step and not pipe.reads_files)
+        if (wait >= MIN_UNSEEN_WAIT and bare
                 and not any(claims(m, ctx) for m in (io_stall, dstate_threads,
                                                      duplicated_input))):
             return _unexplained(ctx, wait, pipe.stage_paths)

@@ -64,9 +64,14 @@ def detect(ctx: Context) -> Finding | None:
         limit_us = MAX_HOST_OP_US
         overhead = None  # measured below, once the ops look small enough to matter
         what = "TF ops"
-    ops = ctx.in_steps(kinds=(kind,), columns=("host", "name", "dur_ns"))
+    ops = ctx.in_steps(kinds=(kind,), columns=("host", "plane", "name", "dur_ns"))
     per_step = len(ops) / ctx.worker_steps(ops["host"])
-    if per_step < (MIN_KERNELS_PER_STEP if ctx.has_accelerator else MIN_OPS_PER_STEP):
+    # Each GPU launches its own kernels: the count that says they are many is one GPU's (of
+    # those running kernels in the steps).
+    per_device = per_step
+    if ctx.has_accelerator and len(ops):
+        per_device /= max(int(ops.groupby("host", observed=True)["plane"].nunique().max()), 1)
+    if per_device < (MIN_KERNELS_PER_STEP if ctx.has_accelerator else MIN_OPS_PER_STEP):
         return None
     median_us = median(ops["dur_ns"].to_numpy()) / 1e3 if len(ops) else 0.0
     if median_us > limit_us:

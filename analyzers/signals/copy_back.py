@@ -11,11 +11,26 @@ from analyzers.context import Context
 from analyzers.events import is_device_plane
 
 
+def copies_back(ctx: Context) -> pd.DataFrame:
+    """The device→host copies on the device planes, clipped to the steps (host, step_idx,
+    start_ns, end_ns), read once per run."""
+    return ctx.memo("copies_back", lambda: ctx.in_steps(
+        kinds=("d2h",), plane=is_device_plane, columns=("host", "step_idx", "start_ns",
+                                                         "end_ns")))
+
+
+def copies_back_per_step(ctx: Context) -> float:
+    d2h = copies_back(ctx)
+    return len(d2h) / ctx.worker_steps(d2h["host"]) if len(d2h) else 0.0
+
+
 def before_first_copy_back(ctx: Context, df: pd.DataFrame) -> np.ndarray:
-    """Per row of `df` (in-step parts with `step_idx` and `start_ns`), whether it starts before
-    its step's first device→host copy (every row of a step that copies nothing back)."""
-    d2h = ctx.memo("first_copy_back", lambda: ctx.in_steps(
-        kinds=("d2h",), plane=is_device_plane, columns=("step_idx", "start_ns")))
-    first = np.full(ctx.n_steps, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first, d2h["step_idx"].to_numpy(), d2h["start_ns"].to_numpy())
-    return df["start_ns"].to_numpy() < first[df["step_idx"].to_numpy()]
+    """Per row of `df` (in-step parts with `host`, `step_idx` and `start_ns`), whether it starts
+    before its step's first device→host copy on its own host (every row of a step that copies
+    nothing back): one worker's early loss read says nothing of another's input."""
+    d2h = copies_back(ctx)
+    hosts = list(ctx.events["host"].cat.categories)
+    first = np.full((len(hosts) + 1, ctx.n_steps), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, (d2h["host"].array.codes, d2h["step_idx"].to_numpy()),
+                  d2h["start_ns"].to_numpy())
+    return df["start_ns"].to_numpy() < first[df["host"].array.codes, df["step_idx"].to_numpy()]

@@ -10,13 +10,21 @@ staying on the GPU.
 
 Each cause has anchors, ops only embedding lookups make, and followers, ops lookups make among
 others (a plain `GatherV2`, `Unique`, `UnsortedSegmentSum`): followers count only beside an
-anchor. A lone host `GatherV2` is no table (in a real Keras 2.4 GPU trace one picked a batch out
-of a large host tensor, 28 ms a step).
+anchor that admits them (ADMITTED_BY). A lone host `GatherV2` is no table (in a real Keras 2.4
+GPU trace one picked samples out of the host batch, 28 ms a step).
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from analyzers.events import is_device_plane, op_type_of
+
+if TYPE_CHECKING:
+    from analyzers.context import Context
 
 ANCHORS: dict[str, re.Pattern[str]] = {
     # Ops that run where the table is: the lookup, the writes into it, sparse optimizer updates
@@ -37,6 +45,13 @@ FOLLOWERS: dict[str, re.Pattern[str]] = {
         r"UnsortedSegmentSum|DynamicPartition|DynamicStitch|ParallelDynamicStitch)$"),
 }
 CAUSE_IDS = tuple(ANCHORS)
+# The anchors a cause's followers need beside them: a plain gather is a table's only beside a
+# table op (beside a host SparseSegmentMean it may gather anything); the sparse helpers belong to
+# any lookup chain (a table's Unique before its ResourceGather).
+ADMITTED_BY: dict[str, frozenset[str]] = {
+    "tables_on_host": frozenset({"tables_on_host"}),
+    "sparse_ops_on_host": frozenset(CAUSE_IDS),
+}
 
 
 def cause_of(op_type: str) -> tuple[str, bool] | None:
@@ -47,3 +62,27 @@ def cause_of(op_type: str) -> tuple[str, bool] | None:
         if FOLLOWERS[cause].match(op_type):
             return cause, False
     return None
+
+
+def embedding_host_ops(ctx: Context) -> pd.DataFrame:
+    """The host ops in the steps whose op types embeddings_on_host counts (anchors, and the
+    followers they admit), with their `cause`; the causes anchored are in `.attrs["anchors"]`.
+    Read once per run: embeddings_on_host counts them, exposed_input_copy leaves them out of
+    the host ops beside a copy."""
+    def read() -> pd.DataFrame:
+        causes = {t: c for t in ctx.present("op_type") if (c := cause_of(t))}
+        if not causes or not ctx.has_accelerator:
+            return pd.DataFrame()
+        ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
+                           name=lambda n: op_type_of(n) in causes,
+                           columns=("host", "name", "op_type", "start_ns", "end_ns",
+                                    "dur_ns"))
+        types = {str(t) for t in ops["op_type"].unique()}
+        anchors = {causes[t][0] for t in types if causes[t][1]}
+        kept = {t: causes[t][0] for t in types
+                if causes[t][1] or ADMITTED_BY[causes[t][0]] & anchors}
+        ops = ops[ops["op_type"].isin(list(kept))].copy()
+        ops["cause"] = ops["op_type"].astype(str).map(kept)
+        ops.attrs["anchors"] = sorted(anchors)
+        return ops
+    return ctx.memo("embedding_host_ops", read)

@@ -29,6 +29,8 @@ def test_a_table_in_host_memory(tmp_path):
     assert f.numbers["host_fraction"] == pytest.approx(0.18, abs=0.002)
     assert f.numbers["tables_on_host_fraction"] == pytest.approx(0.16, abs=0.002)
     assert f.numbers["d2h_per_step"] == 1
+    # The ids' copy in, the rows' copy in, the gradients' copy back: 1 ms each.
+    assert f.numbers["copies_fraction"] == pytest.approx(0.03, abs=0.002)
     saved = 0.18 * (1 - 1 / DEVICE_FASTER) + 0.03 / 2
     assert f.speedup == pytest.approx(1 / (1 - saved), rel=0.01)
     assert f.severity == "medium"
@@ -63,8 +65,13 @@ def test_sparse_ops_around_a_gpu_gather(tmp_path):
 
 
 def test_tables_on_the_gpu(tmp_path):
-    found, skipped = _found(embedding_trace(tmp_path, where="device"))
-    assert ID not in found and ID not in skipped
+    """Every op on the GPU. Its host events (TF 2.5+: on the executor's thread, their launch
+    calls on the `/host:CUPTI` plane's line of the same thread id) are launches, not host ops."""
+    report = analyze(embedding_trace(tmp_path, where="device"))
+    assert ID not in {f.id for f in report.findings} | {s.id for s in report.skipped}
+    ev = report.ctx.events
+    lookups = ev[(ev["name"] == LOOKUP) & (ev["plane"] == "/host:CPU")]
+    assert len(lookups) == 4 and set(lookups["kind"]) == {"launch"}
 
 
 @pytest.mark.parametrize(("at_ms", "expected"), [(10.0, False), (70.0, True)])
@@ -77,7 +84,7 @@ def test_only_the_time_the_gpu_waits_counts(tmp_path, at_ms, expected):
     if expected:
         assert f.numbers["host_fraction"] == pytest.approx(0.2, abs=0.002)
         # The input's 5 ms copy to the GPU stays, and nothing comes back: no copy counted.
-        assert f.numbers["copies_counted_fraction"] == 0
+        assert f.numbers["copies_fraction"] == 0
         assert f.speedup == pytest.approx(1 / (1 - 0.2 * (1 - 1 / DEVICE_FASTER)), rel=0.01)
 
 
@@ -112,10 +119,23 @@ def test_cpu_only_and_pytorch_traces_are_skipped(tmp_path):
     assert "TensorFlow op types" in _found(tmp_path / "torch")[1][ID].reason
 
 
-def test_run_once_per_report(tmp_path):
+def test_run_once_per_report(tmp_path, monkeypatch):
     """host_device_pingpong asks for this finding too: one detection per run."""
-    report = analyze(embedding_trace(tmp_path, where="host"))
-    assert report.ctx.memo(f"detector:{embeddings_on_host.ID}", lambda: None) is not None
+    calls = []
+    detect = embeddings_on_host.detect
+    monkeypatch.setattr(embeddings_on_host, "detect", lambda ctx: calls.append(1) or detect(ctx))
+    analyze(embedding_trace(tmp_path, where="host"))
+    assert len(calls) == 1
+
+
+def test_each_copy_is_counted_once(tmp_path):
+    """5 ms copies: the ids' and the rows' in before anything comes back (exposed_input_copy
+    counts them as the step's input), the gradients' back (this finding's); pingpong is left
+    none."""
+    found, _ = _found(embedding_trace(tmp_path, where="host", copy_ms=5))
+    assert found["exposed_input_copy"].numbers["copy_fraction"] == pytest.approx(0.10, abs=0.002)
+    assert found[ID].numbers["copies_fraction"] == pytest.approx(0.05, abs=0.002)
+    assert "host_device_pingpong" not in found
 
 
 def test_a_lone_gather_is_no_table(tmp_path):
@@ -125,3 +145,25 @@ def test_a_lone_gather_is_no_table(tmp_path):
     for op, table in (("GatherV2:GatherV2", False), (LOOKUP, True)):
         run = gpu_trace(tmp_path / str(table), devices=1, kernel_ms=60, host_op=(op, 70.0, 20.0))
         assert (ID in _found(run)[0]) == table
+
+
+def test_a_gather_beside_sparse_ops_only_is_no_table(tmp_path):
+    """A host SparseSegmentMean (an anchor of the sparse ops) and a 28 ms plain GatherV2: the
+    gather is not a table's lookup, only a table op admits it."""
+    from tests.analyzers.xspace_builder import XSpaceBuilder
+
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main, ops = host.line("python3", line_id=1), host.line("tf_Compute/11", line_id=11)
+    gpu = b.plane("/device:GPU:0", plane_id=1)
+    kern, d2h = gpu.line("Stream #7(Kernel)", line_id=7), gpu.line("Stream #15(MemcpyD2H)", 15)
+    for i in range(4):
+        t0 = i * 100 * MS
+        main.event("train", t0, 100 * MS - 1000, step_num=i, _r=1)
+        kern.event("volta_sgemm_128x64_nn", t0 + MS, 50 * MS, device_id=0)
+        d2h.event("MemcpyD2H", t0 + 51 * MS, MS // 10, device_id=0)
+        ops.event("emb/embedding_lookup_sparse:SparseSegmentMean", t0 + 52 * MS, 10 * MS)
+        ops.event("GatherV2:GatherV2", t0 + 62 * MS, 28 * MS)
+    f = _found(b.write(tmp_path))[0][ID]
+    assert f.numbers["causes"] == ["sparse_ops_on_host"]
+    assert f.numbers["host_fraction"] == pytest.approx(0.10, abs=0.002)

@@ -119,3 +119,16 @@ def test_the_reference_trainers_fix(tmp_path):
     f = _found(run)[ID]
     assert f.config_changes == {"input_copy": "distributed"}
     assert f.fix_command and "--input-copy distributed" in f.fix_command
+
+
+@pytest.mark.parametrize(("op", "owner"), [
+    ("emb/embedding_lookup:ResourceGather", "embeddings_on_host"),
+    ("hash/StringToHashBucketFast:_TensorToHashBucketFast", "preprocessing_in_step")])
+def test_ops_beside_the_copy_that_another_finding_counts(tmp_path, op, owner):
+    """A 35 ms host op beside the 30 ms copy that another detector counts on its own: the copy
+    is this finding's, the op that one's, once each."""
+    found = _found(input_copy_trace(tmp_path, beside=(op, 35.0)))
+    f = found[ID]
+    assert f.step_fraction == pytest.approx(0.30, abs=0.002)
+    assert f.numbers["host_fraction"] == 0 and op not in f.remedy
+    assert found[owner].step_fraction == pytest.approx(0.35, abs=0.01)

@@ -174,7 +174,8 @@ def embedding_trace(
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
     compute = host.line("tf_Compute/11", line_id=11)
-    cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
+    # TF 2.5+: CUDA calls on their own plane, on a line keyed by the calling thread's id.
+    cupti = b.plane("/host:CUPTI").line("Host Threads/11", line_id=11)
     gpu = b.plane("/device:GPU:0", plane_id=1)
     kern = gpu.line("Stream #7(Kernel)", line_id=7)
     h2d = gpu.line("Stream #14(MemcpyH2D)", line_id=14)
@@ -182,11 +183,15 @@ def embedding_trace(
     corr = 1
 
     def kernel(t: int, ms: float, tf_op: str) -> None:
+        """The op's host event on the executor thread holds its launch call; the kernel runs
+        10 µs after the op starts."""
         nonlocal corr
+        compute.event(tf_op, t, 8000)
+        cupti.event("cuLaunchKernel", t + 2000, 4000, correlation_id=corr)
         kern.event("void tensorflow::functor::GatherOpKernel<float, int, true>"
                    if "Gather" in tf_op else f"volta_sgemm_128x64_nn_{corr % 3}",
-                   t, int(ms * MS), correlation_id=corr, device_id=0, tf_op=Ref(tf_op))
-        cupti.event("cuLaunchKernel", t - 3000, 2500, correlation_id=corr)
+                   t + 10_000, int(ms * MS) - 10_000, correlation_id=corr, device_id=0,
+                   tf_op=Ref(tf_op))
         corr += 1
 
     def on_host(t: int, ops: list[tuple[str, float]], ms: float) -> int:
