@@ -17,7 +17,7 @@ import pytest
 
 from analyzers.ingest import xplane
 from analyzers.ingest.xplane import read_xplane
-from tests.analyzers.test_ingest import _random_builder
+from tests.analyzers.test_ingest import RECORDED, _random_builder, recorded_bytes
 from tests.analyzers.traces import gpu_trace, host_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +49,11 @@ def test_same_table_on_cpu_and_gpu_traces(tmp_path):
     assert (_both(next(run.glob("*.xplane.pb"))).events["memcpy_details"].notna()).any()
 
 
-@pytest.mark.parametrize("preset", ["clean", "default"])
-def test_same_table_on_real_tf_traces(preset):
-    files = glob.glob(f"/tmp/pl/{preset}/plugins/profile/*/*.xplane.pb")
-    if not files:
-        pytest.skip("no recorded TF trace on this machine")
-    _both(files[0])
+@pytest.mark.parametrize("recorded", RECORDED, ids=lambda p: p.name.split(".")[0])
+def test_same_table_on_real_tf_traces(tmp_path, recorded):
+    path = tmp_path / "vm.xplane.pb"
+    path.write_bytes(recorded_bytes(recorded))
+    assert len(_both(path).events) > 1000
 
 
 def test_truncated_small_file_is_a_value_error(tmp_path):
@@ -234,7 +233,7 @@ import json, random, sys
 from pathlib import Path
 import pandas as pd
 from analyzers.ingest.xplane import read_xplane
-from tests.analyzers.test_ingest import _random_builder
+from tests.analyzers.test_ingest import RECORDED, _random_builder, recorded_bytes
 
 rng = random.Random(int(sys.argv[1]))
 seeds = [s for s in (_random_builder(rng).to_bytes() for _ in range(25)) if s]
