@@ -212,14 +212,21 @@ class Context:
         if df.empty or total <= 0:
             return 0.0
         k = self._kernels if kernels else self._kernels.iloc[:0]
-        k_host = np.asarray(k["host"].astype(str)) if len(k) else np.empty(0, dtype=object)
-        hosts = np.asarray(df["host"].astype(str))
+        k_host, hosts = self._host_codes(k["host"]), self._host_codes(df["host"])
         s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
         ks, ke = k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
         held = np.unique(hosts)
         ns = sum(covered_outside(s[hosts == h], e[hosts == h], ks[k_host == h], ke[k_host == h])
                  for h in held)
         return ns / len(held) / total
+
+    def _host_codes(self, col: pd.Series) -> np.ndarray:
+        """A host column's values as codes of the event table's hosts (frames concatenated
+        from in_steps parts may have lost the categorical dtype)."""
+        cats = self.events["host"].cat.categories
+        if isinstance(col.dtype, pd.CategoricalDtype) and col.cat.categories.equals(cats):
+            return col.array.codes
+        return pd.Categorical(col.astype(str), categories=cats).codes
 
     @cached_property
     def hosts(self) -> list[str]:

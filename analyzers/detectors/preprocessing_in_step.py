@@ -22,15 +22,11 @@ time any of the ops runs inside steps; with an accelerator only the part while n
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
 from analyzers.context import Context
 from analyzers.events import op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.os_sampler import summarize
 from analyzers.signals.preprocessing_ops import CAUSE_IDS, FUSED_HASH, OP_TYPES, cause_codes
-from analyzers.steps import covered_ns, covered_outside
 
 ID = "preprocessing_in_step"
 MIN_SHARE = 0.03
@@ -60,10 +56,6 @@ _REMEDY = {
 }
 
 
-def _exposed_ns(ops: pd.DataFrame, kernels: tuple[np.ndarray, np.ndarray]) -> int:
-    return covered_outside(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy(), *kernels)
-
-
 def detect(ctx: Context) -> Finding | None:
     if ctx.framework != "tensorflow" or not OP_TYPES.intersection(ctx.present("op_type")):
         return None
@@ -73,7 +65,6 @@ def detect(ctx: Context) -> Finding | None:
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:
         return None
-    kernels = ctx.kernel_spans
     n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}
@@ -84,7 +75,8 @@ def detect(ctx: Context) -> Finding | None:
         mine = ops[codes == k]
         if mine.empty:
             continue
-        share = _exposed_ns(mine, kernels) / total
+        # Each worker's ops against its own kernels (one worker's share).
+        share = ctx.kernel_idle_share(mine)
         shares[cause] = share
         savings[cause] = share * (1 - INTEGER_HASH_COST) if cause == "ints_as_strings" else share
         kinds = ", ".join(f"{t}: grappler's fusion of AsString + StringToHashBucketFast"
@@ -95,12 +87,12 @@ def detect(ctx: Context) -> Finding | None:
             f"threads, running {share:.1%} of the step ({share * step_ms:.2f} ms of a "
             f"{step_ms:.1f} ms step)")
     # Causes running side by side save their union, not their sum.
-    union = _exposed_ns(ops, kernels) / total
+    union = ctx.kernel_idle_share(ops)
     # Of the time the ops run, the share while no kernel runs (all of it without a device).
     exposed = 1.0
     if ctx.has_accelerator:
-        covered = covered_ns(ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
-        exposed = union * total / covered if covered else 0.0
+        covered = ctx.kernel_idle_share(ops, kernels=False)
+        exposed = union / covered if covered else 0.0
     saved = min(sum(savings.values()), union)
     if saved < MIN_SHARE:
         return None
