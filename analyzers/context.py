@@ -189,44 +189,30 @@ class Context:
         return bool(self.device_planes)
 
     @cached_property
-    def kernel_spans(self) -> tuple[np.ndarray, np.ndarray]:
-        """(starts, ends) of the device kernels in the steps, none without an accelerator: host
-        work the device does not wait for costs the step nothing."""
-        k = self._kernels
-        return k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
-
-    @cached_property
-    def _kernels(self) -> pd.DataFrame:
-        if not self.has_accelerator:
-            return pd.DataFrame({"host": pd.Categorical([]), "start_ns": np.empty(0, np.int64),
-                                 "end_ns": np.empty(0, np.int64)})
+    def kernels(self) -> pd.DataFrame:
+        """The device kernels in the steps (host, start_ns, end_ns), none without an
+        accelerator: host work the device does not wait for costs the step nothing."""
         return self.in_steps(kinds=("device_compute",), plane=is_device_plane,
                              columns=("host", "start_ns", "end_ns"))
 
-    def kernel_idle_share(self, df: pd.DataFrame, *, kernels: bool = True) -> float:
-        """The share of a worker's step time the intervals of `df` (in-step parts with `host`,
-        `start_ns`, `end_ns`) cover while no kernel of their own host runs (with `kernels`
-        False: at all): each host's against its own GPUs, averaged over the hosts that hold
-        rows (one worker's share, as worker_steps counts)."""
+    def kernel_idle_share(self, *parts: pd.DataFrame, kernels: bool = True) -> float:
+        """The share of a worker's step time the intervals of `parts` (in_steps frames with
+        `host`, `start_ns`, `end_ns`; their union) cover while no kernel of their own host runs
+        (with `kernels` False: at all): each host's against its own GPUs, averaged over the
+        hosts that hold rows (one worker's share, as worker_steps counts)."""
         total = self.total_step_ns
-        if df.empty or total <= 0:
+        if total <= 0 or not any(len(p) for p in parts):
             return 0.0
-        k = self._kernels if kernels else self._kernels.iloc[:0]
-        k_host, hosts = self._host_codes(k["host"]), self._host_codes(df["host"])
-        s, e = df["start_ns"].to_numpy(), df["end_ns"].to_numpy()
-        ks, ke = k["start_ns"].to_numpy(), k["end_ns"].to_numpy()
+        hosts = np.concatenate([p["host"].array.codes for p in parts])
+        s = np.concatenate([p["start_ns"].to_numpy(np.int64) for p in parts])
+        e = np.concatenate([p["end_ns"].to_numpy(np.int64) for p in parts])
+        k = self.kernels if kernels else self.kernels.iloc[:0]
+        k_host = k["host"].array.codes
+        ks, ke = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
         held = np.unique(hosts)
         ns = sum(covered_outside(s[hosts == h], e[hosts == h], ks[k_host == h], ke[k_host == h])
                  for h in held)
         return ns / len(held) / total
-
-    def _host_codes(self, col: pd.Series) -> np.ndarray:
-        """A host column's values as codes of the event table's hosts (frames concatenated
-        from in_steps parts may have lost the categorical dtype)."""
-        cats = self.events["host"].cat.categories
-        if isinstance(col.dtype, pd.CategoricalDtype) and col.cat.categories.equals(cats):
-            return col.array.codes
-        return pd.Categorical(col.astype(str), categories=cats).codes
 
     @cached_property
     def hosts(self) -> list[str]:

@@ -575,14 +575,11 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
     line_ids = df["line_id"].array.codes
     width = len(df["line_id"].cat.categories) + 1
-    n_planes = len(planes) + 1
-    host_codes = df["host"].array.codes.astype(np.int64) if "host" in df else 0
 
     def thread_of(idx: np.ndarray) -> np.ndarray:
-        # Threads as (file, plane, line id) codes: line names repeat across threads, and line
-        # ids (thread ids) across the processes of a multi-worker logdir.
-        host = host_codes[idx] if isinstance(host_codes, np.ndarray) else 0
-        return (host * n_planes + plane_codes[idx]) * width + line_ids[idx]
+        # Threads as (plane, line id) codes: line names repeat across threads. One trace file
+        # is classified at a time (build_events), so thread ids never meet another process's.
+        return plane_codes[idx] * width + line_ids[idx]
 
     call_thread = thread_of(rows)
     ops = np.flatnonzero(kind == _HOST_OP)

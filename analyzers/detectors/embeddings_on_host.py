@@ -26,7 +26,7 @@ from analyzers.detectors import exposed_input_copy, run_detector
 from analyzers.events import is_device_plane, op_type_of
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 from analyzers.signals.copy_back import copies_back_per_step
-from analyzers.signals.embedding_ops import CAUSE_IDS, cause_of, embedding_host_ops
+from analyzers.signals.embedding_ops import CAUSE_IDS, anchored, cause_of, embedding_host_ops
 
 ID = "embeddings_on_host"
 MIN_SHARE = 0.03
@@ -73,7 +73,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     ops = embedding_host_ops(ctx)
     if ops.empty or ctx.total_step_ns <= 0:
         return None
-    anchors = set(ops.attrs["anchors"])
+    anchors = anchored(ops["op_type"].unique())
     of_cause = ops["cause"].to_numpy()
     exposed = ctx.kernel_idle_share(ops)
     on_device = ctx.kernel_idle_share(ops, kernels=False) / DEVICE_FASTER
@@ -133,8 +133,7 @@ def _bounce_copies(ctx: Context, ops: pd.DataFrame, exposed: float) -> float:
     running, less the input's copies that exposed_input_copy counts."""
     copies = ctx.in_steps(kinds=("h2d", "d2h"), plane=is_device_plane,
                           columns=("host", "start_ns", "end_ns"))
-    both = pd.concat([ops[["host", "start_ns", "end_ns"]], copies], ignore_index=True)
-    added = ctx.kernel_idle_share(both) - exposed
+    added = ctx.kernel_idle_share(ops, copies) - exposed
     inp = run_detector(exposed_input_copy, ctx)
     if isinstance(inp, Finding):
         added -= inp.numbers["copy_fraction"]

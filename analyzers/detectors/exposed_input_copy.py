@@ -20,17 +20,18 @@ under).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
 from analyzers.detectors import claims, serialized_h2d
-from analyzers.events import is_device_plane, op_type_of
+from analyzers.events import is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.copy_back import before_first_copy_back
 from analyzers.signals.embedding_ops import embedding_host_ops
-from analyzers.signals.preprocessing_ops import OP_TYPES as PREPROCESSING_OPS
+from analyzers.signals.preprocessing_ops import is_preprocessing_op
 from analyzers.steps import merge_intervals
 
 ID = "exposed_input_copy"
@@ -79,11 +80,11 @@ def _beside(ops: pd.DataFrame, cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
         np.zeros(len(ops), dtype=bool))
 
 
-def _counted_elsewhere(ctx: Context) -> set[str]:
-    """Host op names other detectors count on their own: preprocessing ops
-    (preprocessing_in_step) and embedding lookups (embeddings_on_host)."""
-    names = {str(n) for n in embedding_host_ops(ctx).get("name", pd.Series(dtype=str)).unique()}
-    return names | {n for n in ctx.present("name") if op_type_of(n) in PREPROCESSING_OPS}
+def _counted_elsewhere(ctx: Context) -> Callable[[str], bool]:
+    """Whether a host op is one other detectors count on their own: a preprocessing op
+    (preprocessing_in_step) or an embedding lookup (embeddings_on_host)."""
+    embedding = set(embedding_host_ops(ctx)["name"].astype(str))
+    return lambda name: name in embedding or is_preprocessing_op(name)
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -102,15 +103,13 @@ def detect(ctx: Context) -> Finding | None:
     cs, ce = h2d["start_ns"].to_numpy(), h2d["end_ns"].to_numpy()
     elsewhere = _counted_elsewhere(ctx)
     ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                       name=lambda n: n not in elsewhere,
+                       name=lambda n: not elsewhere(n),
                        columns=("host", "name", "step_idx", "start_ns", "end_ns", "dur_ns"))
     ops = ops[before_first_copy_back(ctx, ops)]
     ops = ops[_beside(ops, cs, ce)]
-    spans = ["host", "start_ns", "end_ns"]
-    union = ctx.kernel_idle_share(pd.concat([h2d[spans], ops[spans]], ignore_index=True))
+    union = ctx.kernel_idle_share(h2d, ops)
     beside = ctx.kernel_idle_share(ops)
-    kernel_share = ctx.kernel_idle_share(ctx.in_steps(
-        kinds=("device_compute",), plane=is_device_plane, columns=spans), kernels=False)
+    kernel_share = ctx.kernel_idle_share(ctx.kernels, kernels=False)
     saved = min(union, kernel_share)
     if saved < MIN_SHARE:
         return None

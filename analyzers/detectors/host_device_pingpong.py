@@ -10,6 +10,8 @@ and host ops beside them `exposed_input_copy`'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from analyzers.context import Context
 from analyzers.detectors import (
     embeddings_on_host,
@@ -17,11 +19,11 @@ from analyzers.detectors import (
     preprocessing_in_step,
     run_detector,
 )
-from analyzers.events import is_device_plane, op_type_of
+from analyzers.events import is_device_plane
 from analyzers.findings import Finding, Skipped, heaviest_events, speedup_from_saving
 from analyzers.signals.copy_back import before_first_copy_back, copies_back_per_step
 from analyzers.signals.embedding_ops import embedding_host_ops
-from analyzers.signals.preprocessing_ops import OP_TYPES as PREPROCESSING_OPS
+from analyzers.signals.preprocessing_ops import is_preprocessing_op
 
 ID = "host_device_pingpong"
 MIN_SHARE = 0.03
@@ -50,22 +52,20 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     # So are embedding lookups and updates, with the copies of their bounce, which
     # `embeddings_on_host` counts when it finds them.
     emb = run_detector(embeddings_on_host, ctx)
-    embeddings = emb.numbers["host_fraction"] if isinstance(emb, Finding) else 0.0
+    embeddings = _number(emb, "host_fraction")
     # And the input's copies, with host ops running beside them, `exposed_input_copy`'s.
     inp = run_detector(exposed_input_copy, ctx)
-    beside = inp.numbers["host_fraction"] if isinstance(inp, Finding) else 0.0
+    beside = _number(inp, "host_fraction")
     host = max(host - preprocessing - embeddings - beside, 0.0)
-    taken = ((emb.numbers["copies_fraction"] if isinstance(emb, Finding) else 0.0)
-             + (inp.numbers["copy_fraction"] if isinstance(inp, Finding) else 0.0))
-    copies = max(copies - taken, 0.0)
+    copies = max(copies - _number(emb, "copies_fraction") - _number(inp, "copy_fraction"), 0.0)
     # Half the exposed copy time: the copies the bounce adds go, the input's own stay.
     share = host + copies * 0.5
     if per_step < 1 or share < MIN_SHARE:
         return None
+    claimed = _claimed(ctx, pre, emb, inp)
     host_ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
+                            name=lambda n: not claimed(n),
                             columns=("host", "name", "step_idx", "start_ns", "dur_ns"))
-    claimed = _claimed_names(ctx, pre, emb, inp)
-    host_ops = host_ops[~host_ops["name"].astype(str).isin(claimed)]
     if host_ops.empty:
         return None
     # A bounce is host work after results came back; host-only ops before any copy back are
@@ -95,14 +95,16 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     )
 
 
-def _claimed_names(ctx: Context, pre: object, emb: object, inp: object) -> set[str]:
-    """Names of the host ops the other findings count: preprocessing ops, embedding lookups,
+def _number(found: object, key: str) -> float:
+    return found.numbers[key] if isinstance(found, Finding) else 0.0
+
+
+def _claimed(ctx: Context, pre: object, emb: object, inp: object) -> Callable[[str], bool]:
+    """Whether a host op is one the other findings count: preprocessing ops, embedding lookups,
     and the ops exposed_input_copy found beside the input's copy (its top events)."""
-    names: set[str] = set()
-    if isinstance(pre, Finding):
-        names |= {n for n in ctx.present("name") if op_type_of(n) in PREPROCESSING_OPS}
-    if isinstance(emb, Finding):
-        names |= {str(n) for n in embedding_host_ops(ctx)["name"].unique()}
+    names = {str(n) for n in embedding_host_ops(ctx)["name"].unique()} if isinstance(
+        emb, Finding) else set()
     if isinstance(inp, Finding):
         names |= {t["name"] for t in inp.top_events}
-    return names
+    preprocessing = isinstance(pre, Finding)
+    return lambda name: name in names or (preprocessing and is_preprocessing_op(name))

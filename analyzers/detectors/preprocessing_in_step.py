@@ -23,10 +23,15 @@ time any of the ops runs inside steps; with an accelerator only the part while n
 from __future__ import annotations
 
 from analyzers.context import Context
-from analyzers.events import op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.os_sampler import summarize
-from analyzers.signals.preprocessing_ops import CAUSE_IDS, FUSED_HASH, OP_TYPES, cause_codes
+from analyzers.signals.preprocessing_ops import (
+    CAUSE_IDS,
+    FUSED_HASH,
+    OP_TYPES,
+    cause_codes,
+    is_preprocessing_op,
+)
 
 ID = "preprocessing_in_step"
 MIN_SHARE = 0.03
@@ -60,7 +65,7 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.framework != "tensorflow" or not OP_TYPES.intersection(ctx.present("op_type")):
         return None
     # Filtered by name (once per distinct name): a large trace has millions of host ops.
-    ops = ctx.in_steps(kinds=("host_op",), name=lambda n: op_type_of(n) in OP_TYPES,
+    ops = ctx.in_steps(kinds=("host_op",), name=is_preprocessing_op,
                        columns=("host", "name", "op_type", "start_ns", "end_ns", "dur_ns"))
     total = float(ctx.total_step_ns)
     if ops.empty or total <= 0:

@@ -28,9 +28,15 @@ def before_first_copy_back(ctx: Context, df: pd.DataFrame) -> np.ndarray:
     """Per row of `df` (in-step parts with `host`, `step_idx` and `start_ns`), whether it starts
     before its step's first device→host copy on its own host (every row of a step that copies
     nothing back): one worker's early loss read says nothing of another's input."""
+    first = ctx.memo("first_copy_back", lambda: _first_copy_back(ctx))
+    return df["start_ns"].to_numpy() < first[df["host"].array.codes, df["step_idx"].to_numpy()]
+
+
+def _first_copy_back(ctx: Context) -> np.ndarray:
+    """first[host code, step]: the start of the first device→host copy (int64 max: none)."""
     d2h = copies_back(ctx)
-    hosts = list(ctx.events["host"].cat.categories)
-    first = np.full((len(hosts) + 1, ctx.n_steps), np.iinfo(np.int64).max, dtype=np.int64)
+    first = np.full((len(ctx.events["host"].cat.categories), max(ctx.n_steps, 1)),
+                    np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, (d2h["host"].array.codes, d2h["step_idx"].to_numpy()),
                   d2h["start_ns"].to_numpy())
-    return df["start_ns"].to_numpy() < first[df["host"].array.codes, df["step_idx"].to_numpy()]
+    return first

@@ -64,25 +64,30 @@ def cause_of(op_type: str) -> tuple[str, bool] | None:
     return None
 
 
+_COLUMNS = ("host", "name", "op_type", "start_ns", "end_ns", "dur_ns")
+
+
+def anchored(op_types) -> set[str]:
+    """The causes an anchor among `op_types` stands for."""
+    return {c[0] for t in op_types if (c := cause_of(str(t))) and c[1]}
+
+
 def embedding_host_ops(ctx: Context) -> pd.DataFrame:
     """The host ops in the steps whose op types embeddings_on_host counts (anchors, and the
-    followers they admit), with their `cause`; the causes anchored are in `.attrs["anchors"]`.
-    Read once per run: embeddings_on_host counts them, exposed_input_copy leaves them out of
-    the host ops beside a copy."""
+    followers they admit), with their `cause` (no rows without an accelerator). Read once per
+    run: embeddings_on_host counts them, exposed_input_copy leaves them out of the host ops
+    beside a copy."""
     def read() -> pd.DataFrame:
         causes = {t: c for t in ctx.present("op_type") if (c := cause_of(t))}
         if not causes or not ctx.has_accelerator:
-            return pd.DataFrame()
+            return pd.DataFrame(columns=[*_COLUMNS, "cause"])
         ops = ctx.in_steps(kinds=("host_op",), plane=lambda p: not is_device_plane(p),
-                           name=lambda n: op_type_of(n) in causes,
-                           columns=("host", "name", "op_type", "start_ns", "end_ns",
-                                    "dur_ns"))
+                           name=lambda n: op_type_of(n) in causes, columns=_COLUMNS)
         types = {str(t) for t in ops["op_type"].unique()}
-        anchors = {causes[t][0] for t in types if causes[t][1]}
+        anchors = anchored(types)
         kept = {t: causes[t][0] for t in types
                 if causes[t][1] or ADMITTED_BY[causes[t][0]] & anchors}
         ops = ops[ops["op_type"].isin(list(kept))].copy()
         ops["cause"] = ops["op_type"].astype(str).map(kept)
-        ops.attrs["anchors"] = sorted(anchors)
         return ops
     return ctx.memo("embedding_host_ops", read)

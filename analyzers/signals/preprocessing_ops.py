@@ -28,6 +28,11 @@ CAUSE_IDS = tuple(CAUSES)
 OP_TYPES = frozenset().union(*CAUSES.values())
 
 
+def is_preprocessing_op(name: str) -> bool:
+    """Whether an op event (`scope/op:Type`) is one of these ops."""
+    return op_type_of(name) in OP_TYPES
+
+
 def _scope(name: str) -> str:
     return name.rpartition(":")[0].rpartition("/")[0]
 
