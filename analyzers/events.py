@@ -85,6 +85,9 @@ _INPUT_WAIT = re.compile(
     r"EagerLocalExecute: IteratorGetNext.*|MultiDeviceIteratorGetNextFromShard|"
     r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
 )
+# A PyTorch DataLoader fetch, named after the iterator class: `enumerate(DataLoader)#_Single
+# ProcessDataLoaderIter.__next__` (signals/dataloader.py).
+LOADER_FETCH_PREFIX = "enumerate(DataLoader)#"
 _GET_NEXT_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional",
                            "MultiDeviceIteratorGetNextFromShard"})
 # The consumer's side of GetNext, on whichever thread runs the IteratorGetNext op: in graph mode
@@ -520,6 +523,7 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         device = on_device.astype(bool)[df["plane"].array.codes[rows]]
         _direct_copy_calls(df, kind, rows, corr, device)
         _mark_launches(df, kind, rows[~device])
+    _mark_loader_work(df, kind)
     df["kind"] = _categorical(kind, list(KINDS))
     return df
 
@@ -615,6 +619,38 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
         # stay: a host-placed TF op there is real CPU work.
         idle = op[~holds]
         kind[idle[torch_op[name_codes[idle]]]] = _FRAMEWORK_KIND
+
+
+_INPUT_WAIT_KIND = KINDS.index("input_wait")
+_LOADER_NESTED = (_HOST_OP, _FRAMEWORK_KIND, KINDS.index("other"))
+
+
+def _mark_loader_work(df: pd.DataFrame, kind: np.ndarray) -> None:
+    """Relabel, in `kind`, the host work nested in a PyTorch DataLoader fetch on the fetching
+    thread as the wait it is part of: with num_workers=0 the training thread loads the batch
+    itself (`_SingleProcessDataLoaderIter.__next__` holding the transforms' and the collate's
+    aten ops), and the step waits for all of it; as host compute those ops outranked the wait
+    in the breakdown (docs/trace-signals.md, "PyTorch DataLoader"). Launches and copies inside
+    keep their kinds."""
+    fetch_codes = [i for i, n in enumerate(df["name"].cat.categories)
+                   if str(n).startswith(LOADER_FETCH_PREFIX)]
+    if not fetch_codes:
+        return
+    name_codes = df["name"].array.codes
+    fetch = np.flatnonzero(np.isin(name_codes, fetch_codes))
+    width = len(df["line_id"].cat.categories) + 1
+    thread = (df["plane"].array.codes.astype(np.int64) * width
+              + df["line_id"].array.codes.astype(np.int64))
+    starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
+    for t in np.unique(thread[fetch]).tolist():
+        f = fetch[thread[fetch] == t]
+        f = f[np.argsort(starts[f], kind="stable")]
+        # Fetches do not nest in one another: each is one `__next__` call.
+        fs, fe = starts[f], ends[f]
+        rows = np.flatnonzero((thread == t) & np.isin(kind, _LOADER_NESTED))
+        i = np.searchsorted(fs, starts[rows], side="right") - 1
+        inside = (i >= 0) & (ends[rows] <= fe[np.maximum(i, 0)])
+        kind[rows[inside]] = _INPUT_WAIT_KIND
 
 
 def empty_events() -> pd.DataFrame:

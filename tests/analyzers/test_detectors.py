@@ -1265,36 +1265,66 @@ def test_an_untraced_pipeline_wait_that_d_state_readers_explain_is_theirs(tmp_pa
     assert by_id(analyze(bare))["input_preprocessing"].numbers["pipeline_traced"] is False
 
 
+def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
+                  per_example_ops: int = 0) -> Path:
+    """Five 100 ms PyTorch steps (Kineto JSON, current categories) that fetch from a DataLoader
+    for `wait_us`, then compute; `per_example_ops` torch ops (`aten::to` > `aten::copy_`, 500 µs
+    each) run inside each fetch, as an in-process loader's transforms do."""
+    import json
+
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
+    for step in range(5):
+        t0 = step * 100_000  # µs
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+             "tid": 1, "ts": t0, "dur": 99_000},
+            {"ph": "X", "cat": "user_annotation",
+             "name": f"enumerate(DataLoader)#_{iterator}DataLoaderIter.__next__",
+             "pid": 1, "tid": 1, "ts": t0 + 500, "dur": wait_us},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
+             "ts": t0 + 1_000 + wait_us, "dur": 97_000 - wait_us}]
+        for i in range(per_example_ops):
+            ts = t0 + 1_000 + i * 600
+            events += [{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1,
+                        "ts": ts, "dur": 500},
+                       {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1,
+                        "ts": ts + 10, "dur": 480}]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
 def test_a_dataloader_wait_is_named_with_pytorch_remedies(tmp_path):
     """A PyTorch job waiting 40 ms of each 100 ms step in the DataLoader's `__next__`: its workers
     are not in the trace, so the cause is unknown, nothing says storage, and the remedy is the
     DataLoader's, not tf.data's."""
-    import json
-
-    def trace(name: str, wait_us: int) -> Path:
-        events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
-        for step in range(5):
-            t0 = step * 100_000  # µs
-            events += [
-                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
-                 "tid": 1, "ts": t0, "dur": 99_000},
-                {"ph": "X", "cat": "user_annotation",
-                 "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-                 "pid": 1, "tid": 1, "ts": t0 + 500, "dur": wait_us},
-                {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
-                 "ts": t0 + 1_000 + wait_us, "dur": 97_000 - wait_us}]
-        path = tmp_path / f"{name}.pt.trace.json"
-        path.write_text(json.dumps({"traceEvents": events}))
-        return path
-
-    found = by_id(analyze(trace("slow", 40_000)))
+    found = by_id(analyze(_loader_trace(tmp_path / "slow.pt.trace.json", 40_000)))
     assert "io_stall" not in found
     f = found["input_preprocessing"]
     assert f.numbers["pipeline_traced"] is False and f.severity == "high"
     assert "num_workers" in f.remedy and "tf.data" not in f.remedy
-    assert "DataLoader's workers" in " ".join(f.evidence)
+    assert "worker processes (`_MultiProcessingDataLoaderIter`) do not keep up" in " ".join(
+        f.evidence)
     # Workers that keep up: a 2 ms hand-off per 100 ms step is no finding.
-    assert not {"input_preprocessing", "io_stall"} & set(by_id(analyze(trace("fed", 2_000))))
+    fed = _loader_trace(tmp_path / "fed.pt.trace.json", 2_000)
+    assert not {"input_preprocessing", "io_stall"} & set(by_id(analyze(fed)))
+
+
+def test_an_in_process_dataloader_is_named_with_the_workers_to_add(tmp_path):
+    """`_SingleProcessDataLoaderIter` (num_workers=0) loads on the training thread: 40 ms of a
+    100 ms step, 32 per-example `aten::to` calls (16 ms, their nested copies not counted again)
+    inside each fetch. Two workers loading a batch in 40 ms while 60 ms of compute runs keep up
+    (docs/trace-signals.md, "PyTorch DataLoader")."""
+    slow = _loader_trace(tmp_path / "slow.pt.trace.json", 40_000, "SingleProcess", 32)
+    f = by_id(analyze(slow))["input_preprocessing"]
+    assert f.numbers["causes"] == ["in_process_loading"] and f.severity == "high"
+    assert f.numbers["suggested_num_workers"] == 2 and "num_workers=2" in f.remedy
+    assert f.numbers["loader_op_ms_per_step"] == pytest.approx(16.0)
+    assert f.top_events[0] == {"name": "aten::to", "total_ms": 16.0, "count": 32}
+    assert f.speedup == pytest.approx(1 / 0.6, rel=0.03)
+    assert "num_workers=0" in f.title
+    # The same loader fetching in 2 ms: nothing to hide.
+    quick = _loader_trace(tmp_path / "quick.pt.trace.json", 2_000, "SingleProcess", 2)
+    assert "input_preprocessing" not in by_id(analyze(quick))
 
 
 # ---- step_stalls -------------------------------------------------------------------------------
