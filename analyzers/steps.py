@@ -11,8 +11,8 @@ Steps come, in order of preference, from
    updates, step i running from run i to run i+1 (a checkpoint or summary run between two belongs
    to the step); every run of that thread when none updates;
 5. an eager loop's batch fetches: repeated eager `IteratorGetNext` executions on one host thread
-   (a plain-Python step, or Keras with run_eagerly=True, pulls one batch per step), step i running
-   from fetch i to fetch i+1;
+   (a plain-Python step, or Keras with run_eagerly=True, pulls one batch per step), or a PyTorch
+   loop's DataLoader fetches, step i running from fetch i to fetch i+1;
 and a trace with none of these gets an explicit "no steps found".
 
 A step spans from its marker's start to the next marker's start, so time between steps (Python,
@@ -82,7 +82,10 @@ _WARMUP = re.compile(r"^tf\.function-graph_building$|Compiler::|XlaCompile|Build
                      r"CompileGraph")
 _COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
-_EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
+# PyTorch's DataLoader fetch is the same signal in an eager loop traced without ProfilerStep
+# markers (the torch.autograd.profiler API; docs/trace-signals.md, "PyTorch DataLoader").
+_EAGER_FETCH = re.compile(r"^(EagerLocalExecute: IteratorGetNext(?:AsOptional)?|"
+                          r"enumerate\(DataLoader\)#\w+\.__next__)$")
 # The executor's unit of work for a Session.run, on an inter-op thread, nesting the ops it runs
 # (docs/trace-signals.md, "TF1 sessions").
 _PROCESS = "ExecutorState::Process"

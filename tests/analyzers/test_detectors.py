@@ -1266,18 +1266,20 @@ def test_an_untraced_pipeline_wait_that_d_state_readers_explain_is_theirs(tmp_pa
 
 
 def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
-                  per_example_ops: int = 0) -> Path:
+                  per_example_ops: int = 0, markers: bool = True) -> Path:
     """Five 100 ms PyTorch steps (Kineto JSON, current categories) that fetch from a DataLoader
     for `wait_us`, then compute; `per_example_ops` torch ops (`aten::to` > `aten::copy_`, 500 µs
-    each) run inside each fetch, as an in-process loader's transforms do."""
+    each) run inside each fetch, as an in-process loader's transforms do. Without `markers`, no
+    ProfilerStep#N (the torch.autograd.profiler API writes none)."""
     import json
 
     events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
     for step in range(5):
         t0 = step * 100_000  # µs
+        if markers:
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                           "pid": 1, "tid": 1, "ts": t0, "dur": 99_000})
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
-             "tid": 1, "ts": t0, "dur": 99_000},
             {"ph": "X", "cat": "user_annotation",
              "name": f"enumerate(DataLoader)#_{iterator}DataLoaderIter.__next__",
              "pid": 1, "tid": 1, "ts": t0 + 500, "dur": wait_us},
@@ -1325,6 +1327,20 @@ def test_an_in_process_dataloader_is_named_with_the_workers_to_add(tmp_path):
     # The same loader fetching in 2 ms: nothing to hide.
     quick = _loader_trace(tmp_path / "quick.pt.trace.json", 2_000, "SingleProcess", 2)
     assert "input_preprocessing" not in by_id(analyze(quick))
+
+
+def test_steps_without_markers_are_cut_at_dataloader_fetches(tmp_path):
+    """The torch.autograd.profiler API writes no ProfilerStep#N: a loop's DataLoader fetches cut
+    its steps, as an eager TF loop's batch fetches do (5 fetches, 4 whole steps), and the
+    in-process loader is still named."""
+    path = _loader_trace(tmp_path / "t.pt.trace.json", 40_000, "SingleProcess", 32,
+                         markers=False)
+    report = analyze(path)
+    steps = report.ctx.steps
+    assert steps.source == ("iterator:enumerate(DataLoader)#_SingleProcessDataLoaderIter"
+                            ".__next__")
+    assert report.ctx.n_steps == 4 and steps.median_step_ns() == 100e6
+    assert by_id(report)["input_preprocessing"].numbers["causes"] == ["in_process_loading"]
 
 
 # ---- step_stalls -------------------------------------------------------------------------------
