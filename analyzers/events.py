@@ -532,6 +532,11 @@ _HOST_OP, _LAUNCH_KIND = KINDS.index("host_op"), KINDS.index("launch")
 _FRAMEWORK_KIND = KINDS.index("framework")
 _SYNC_KIND = KINDS.index("sync")
 _COPY_KINDS = tuple(KINDS.index(k) for k in ("h2d", "d2h", "d2d"))
+_HOST_DEVICE_COPIES = _COPY_KINDS[:2]
+_H2D_KIND = _COPY_KINDS[0]
+_ITERATOR_SEND = re.compile(r"^(?:[\w/]*/)?(?:IteratorGetNext|MultiDeviceIteratorGetNextFromShard)"
+                            r"(?:_\d+)?/_\d+:_(?:Host)?Send$")
+_D2D_KIND = KINDS.index("d2d")
 _RELABELED = (_HOST_OP, KINDS.index("other"))
 
 
@@ -564,8 +569,8 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     `correlation_id` are CUDA API calls (CUPTI links each to its kernel or copy, whatever the
     call is named: TF 2.4 names a launch after its kernel), and an op event (TF's, or PyTorch's
     aten ops) around such a call on the same thread is a device op being dispatched, not host
-    compute (docs/trace-signals.md, "GPU traces"). `rows`: the host events with a correlation
-    id."""
+    compute (docs/trace-signals.md, "GPU traces"); a TF send holding a host-device copy call
+    is that copy. `rows`: the host events with a correlation id."""
     if not len(rows):
         return
     planes = list(df["plane"].cat.categories)
@@ -586,7 +591,16 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
         return plane_codes[idx] * width + line_ids[idx]
 
     call_thread = thread_of(rows)
-    ops = np.flatnonzero(kind == _HOST_OP)
+    # TF's `_Send`/`_Recv` ops are d2d by name (between logical CPU devices they are). On a GPU
+    # trace, the iterator's sends carry the batch to the device (the labels' send waits beside
+    # the images' copy holding no call of its own), and a send holding a host-device copy call
+    # is that copy: as d2d they outranked the copy in the breakdown (docs/trace-signals.md,
+    # "Input copies inside the step").
+    batch_send = np.array([bool(_ITERATOR_SEND.match(str(n)))
+                           for n in df["name"].cat.categories] + [False])
+    sends = np.flatnonzero(kind == _D2D_KIND)
+    kind[sends[batch_send[df["name"].array.codes[sends]]]] = _H2D_KIND
+    ops = np.flatnonzero((kind == _HOST_OP) | (kind == _D2D_KIND))
     op_thread = thread_of(ops)
     keep = np.isin(op_thread, call_thread)
     ops, op_thread = ops[keep], op_thread[keep]
@@ -606,6 +620,11 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
         inside = first < len(calls)
         holds = np.zeros(len(op), dtype=bool)
         holds[inside] = ends[calls[first[inside]]] <= ends[op[inside]]
+        send = kind[op] == _D2D_KIND
+        held = calls[first[send & holds]]
+        copy = np.isin(kind[held], _HOST_DEVICE_COPIES)
+        kind[op[send & holds][copy]] = kind[held[copy]]
+        op, first, holds = op[~send], first[~send], holds[~send]
         # An op that spends most of its time in calls waiting for the device (aten::item's copy
         # to pageable memory; aten::nonzero's launch, then its blocking copy of the count) is
         # that wait, not a dispatch. The calls do not overlap: their waits add up.

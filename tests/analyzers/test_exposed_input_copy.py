@@ -17,8 +17,16 @@ def _found(run):
 
 
 def test_a_batch_copied_inside_the_step(tmp_path):
-    """A 100 MB batch copied in 30 ms of each 100 ms step, 50 ms of kernels after it."""
-    f = _found(input_copy_trace(tmp_path))[ID]
+    """A 100 MB batch copied in 30 ms of each 100 ms step, 50 ms of kernels after it. The
+    breakdown calls it a host-to-device copy: the `_Send` holding its CUDA call is not a
+    transfer between devices."""
+    report = analyze(input_copy_trace(tmp_path))
+    assert report.ctx.fractions["copy_h2d"] == pytest.approx(0.30, abs=0.002)
+    assert report.ctx.fractions["copy_d2d"] == 0.0
+    # The labels' send, waiting beside the copy without a call of its own, is the input's too.
+    labels = analyze(input_copy_trace(tmp_path / "labels", labels_send=True)).ctx.fractions
+    assert labels["copy_d2d"] == 0.0 and labels["copy_h2d"] == pytest.approx(0.30, abs=0.002)
+    f = {f.id: f for f in report.findings}[ID]
     assert f.numbers["copy_fraction"] == pytest.approx(0.30, abs=0.002)
     assert f.numbers["mb_per_step"] == pytest.approx(100.66, abs=0.01)
     assert f.numbers["gb_per_s"] == pytest.approx(3.36, abs=0.01)

@@ -248,17 +248,22 @@ def input_copy_trace(
     size: int = 100_663_296,
     steps: int = 4,
     step_ms: float = 100.0,
+    labels_send: bool = False,
 ) -> Path:
     """One GPU fed a batch per step, as Keras 2.4 fit on host arrays does it (real traces:
-    docs/trace-signals.md, "Input copies inside the step"): the iterator's `_Send` on a host thread
-    holds a `MemcpyH2D` of `size` bytes taking `copy_ms`, then `kernel_ms` of kernels, then the
-    loss read back (a 4-byte MemcpyD2H). `prefetched`: the copy of the next batch runs during
-    this step's kernels instead. `beside` (name, ms): a host op starting with the copy."""
+    docs/trace-signals.md, "Input copies inside the step"): the iterator's `_Send` on a host
+    thread holds the CUDA call of a `MemcpyH2D` of `size` bytes, which takes `copy_ms` on the
+    copy stream, then `kernel_ms` of kernels, then the loss read back (a 4-byte MemcpyD2H).
+    `prefetched`: the copy of the next batch runs during this step's kernels instead. `beside`
+    (name, ms): a host op starting with the copy. `labels_send`: a second iterator `_Send` on
+    another thread, holding no copy call, waits as long as the batch's copy (seen in 3 of the
+    real semi-supervised traces)."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
     send = host.line("tf_Compute/12", line_id=12)
     compute = host.line("tf_Compute/11", line_id=11)
+    labels = host.line("tf_Compute/13", line_id=13) if labels_send else None
     gpu = b.plane("/device:GPU:0", plane_id=1)
     kern = gpu.line("Stream #13(Compute)", line_id=13)
     h2d = gpu.line("Stream #14(MemcpyH2D)", line_id=14)
@@ -270,9 +275,15 @@ def input_copy_trace(
         start = t0 + MS // 10
         at = start + (MS if prefetched else 0)
         send.event("IteratorGetNext/_3:_Send", at - 5000, int(copy_ms * MS) + 10_000)
-        h2d.event("MemcpyH2D", at, int(copy_ms * MS), device_id=0, memcpy_details=details)
+        # The CUDA call inside the _Send, linked to the stream's copy by its correlation id.
+        send.event("MemcpyH2D", at - 4000, int(copy_ms * MS) + 8000, correlation_id=100 + i,
+                   memcpy_details=details)
+        h2d.event("MemcpyH2D", at, int(copy_ms * MS), device_id=0, memcpy_details=details,
+                  correlation_id=100 + i)
         if beside:
             compute.event(beside[0], at, int(beside[1] * MS))
+        if labels:
+            labels.event("IteratorGetNext/_1:_Send", at - 6000, int(copy_ms * MS) + 12_000)
         k0 = start if prefetched else at + int(max(copy_ms, beside[1] if beside else 0) * MS)
         for k in range(10):
             kern.event(f"volta_sgemm_128x64_nn_{k % 3}", k0 + int(k * kernel_ms / 10 * MS),
