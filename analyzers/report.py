@@ -28,6 +28,11 @@ SCHEMA_VERSION = 1
 # ops), and the trace's shares overstate those parts (docs/trace-signals.md).
 PROFILER_SLOWER = 1.25
 PROFILER_FASTER = 0.8
+# A window of this many steps or fewer gets a warning: its shares rest on one or two steps, which
+# early in training hold one-time work (Keras' TensorBoard callback profiled batch 2 by default:
+# 57 real Keras GPU logdirs of one step each, docs/trace-signals.md, "Input copies inside the
+# step").
+FEW_STEPS = 2
 
 
 @dataclass
@@ -64,6 +69,20 @@ class Report:
         return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
                 f"{untraced:.1f} ms): {why}"]
 
+    def window_warnings(self) -> list[str]:
+        n = self.ctx.n_steps
+        if not self.ctx.steps.found or n > FEW_STEPS:
+            return []
+        how = ("torch.profiler.schedule(wait=..., warmup=..., active=10)"
+               if self.ctx.framework == "pytorch" else
+               "TensorBoard(profile_batch=(100, 110)), or tf.profiler.experimental.start/stop "
+               "around 10 steps")
+        steps, them = ("one step", "it") if n == 1 else (f"{n} steps", "them")
+        return [f"the window holds {steps}: every share and estimate rests on {them}, and a "
+                "step this early or this alone can hold one-time work (function tracing, the "
+                "input pipeline's start-up); profile 10 or more steps later in training: "
+                f"{how}"]
+
     def to_dict(self) -> dict[str, Any]:
         meta = self.run.metadata or {}
         steps = self.ctx.steps
@@ -91,7 +110,8 @@ class Report:
             "sampler": self.ctx.sampler_threads is not None,
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
-            "warnings": [*self.run.warnings, *self.profiler_warnings()],
+            "warnings": [*self.run.warnings, *self.profiler_warnings(),
+                         *self.window_warnings()],
         }
 
 

@@ -52,6 +52,7 @@ def test_recorded_trace_is_diagnosed(tmp_path, name):
     assert report.ctx.steps.source == "markers:train" and report.ctx.n_steps == n_steps
     strong = {f.id: f.severity for f in report.findings if f.severity in ("medium", "high")}
     assert strong == {expected: severity}, report.findings
+    assert not report.window_warnings()
 
 
 def test_recorded_causes_and_remedies(tmp_path):
@@ -129,6 +130,9 @@ def test_recorded_tf_gpu_trace(tmp_path):
     assert launch.step_fraction == pytest.approx(0.13, abs=0.03)
     # Severity follows the estimate: half of ~13% is a low-severity gain.
     assert {f.id for f in report.findings if f.severity in ("medium", "high")} == set()
+    # One step: the report says what that leaves uncertain, with TF's way to profile more.
+    [warning] = report.to_dict()["warnings"]
+    assert warning.startswith("the window holds one step") and "profile_batch" in warning
 
 
 def test_recorded_pytorch_gpu_trace(tmp_path):
