@@ -86,8 +86,8 @@ _INPUT_WAIT = re.compile(
     r"Iterator::Root.*|PrefetchConsume|enumerate\(DataLoader\).*)$"
 )
 # A PyTorch DataLoader fetch, named after the iterator class: `enumerate(DataLoader)#_Single
-# ProcessDataLoaderIter.__next__` (signals/dataloader.py).
-LOADER_FETCH_PREFIX = "enumerate(DataLoader)#"
+# ProcessDataLoaderIter.__next__` (signals/dataloader.py); one kind of input wait.
+LOADER_FETCH = re.compile(r"^enumerate\(DataLoader\)#(?P<iterator>\w+)\.__next__$")
 _GET_NEXT_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional",
                            "MultiDeviceIteratorGetNextFromShard"})
 # The consumer's side of GetNext, on whichever thread runs the IteratorGetNext op: in graph mode
@@ -532,11 +532,12 @@ _HOST_OP, _LAUNCH_KIND = KINDS.index("host_op"), KINDS.index("launch")
 _FRAMEWORK_KIND = KINDS.index("framework")
 _SYNC_KIND = KINDS.index("sync")
 _COPY_KINDS = tuple(KINDS.index(k) for k in ("h2d", "d2h", "d2d"))
-_HOST_DEVICE_COPIES = _COPY_KINDS[:2]
-_H2D_KIND = _COPY_KINDS[0]
-_ITERATOR_SEND = re.compile(r"^(?:[\w/]*/)?(?:IteratorGetNext|MultiDeviceIteratorGetNextFromShard)"
-                            r"(?:_\d+)?/_\d+:_(?:Host)?Send$")
-_D2D_KIND = KINDS.index("d2d")
+_H2D_KIND, _D2H_KIND, _D2D_KIND = _COPY_KINDS
+# The transfer of an iterator's output to the device that runs the step (not the `_Host*`
+# variants: those keep a tensor in host memory on both ends).
+_ITERATOR_TRANSFER = re.compile(
+    r"^(?:[\w/]*/)?(?:IteratorGetNext|IteratorGetNextAsOptional|MultiDeviceIteratorGetNextFromShard)"
+    r"(?:_\d+)?/_\d+:_(?:Send|Recv)$")
 _RELABELED = (_HOST_OP, KINDS.index("other"))
 
 
@@ -569,8 +570,8 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     `correlation_id` are CUDA API calls (CUPTI links each to its kernel or copy, whatever the
     call is named: TF 2.4 names a launch after its kernel), and an op event (TF's, or PyTorch's
     aten ops) around such a call on the same thread is a device op being dispatched, not host
-    compute (docs/trace-signals.md, "GPU traces"); a TF send holding a host-device copy call
-    is that copy. `rows`: the host events with a correlation id."""
+    compute (docs/trace-signals.md, "GPU traces"); a TF send or receive that is mostly a
+    host-device copy call is that copy. `rows`: the host events with a correlation id."""
     if not len(rows):
         return
     planes = list(df["plane"].cat.categories)
@@ -580,35 +581,29 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     same = np.arange(len(planes) + 1, dtype=np.int64)
     if CUPTI_PLANE in planes and HOST_PLANE in planes:
         same[planes.index(CUPTI_PLANE)] = planes.index(HOST_PLANE)
-    plane_codes = same[df["plane"].array.codes]
     kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
-    line_ids = df["line_id"].array.codes
-    width = len(df["line_id"].cat.categories) + 1
-
-    def thread_of(idx: np.ndarray) -> np.ndarray:
-        # Threads as (plane, line id) codes: line names repeat across threads. One trace file
-        # is classified at a time (build_events), so thread ids never meet another process's.
-        return plane_codes[idx] * width + line_ids[idx]
-
-    call_thread = thread_of(rows)
-    # TF's `_Send`/`_Recv` ops are d2d by name (between logical CPU devices they are). On a GPU
-    # trace, the iterator's sends carry the batch to the device (the labels' send waits beside
-    # the images' copy holding no call of its own), and a send holding a host-device copy call
+    call_thread = _thread_keys(df, same, rows)
+    # TF's `_Send`/`_Recv` ops are d2d by their type (between logical CPU devices they are). On a
+    # GPU trace, the iterator's carry the batch to the device (the labels' send waits beside the
+    # images' copy holding no call of its own), and one that is mostly a host-device copy call
     # is that copy: as d2d they outranked the copy in the breakdown (docs/trace-signals.md,
     # "Input copies inside the step").
-    batch_send = np.array([bool(_ITERATOR_SEND.match(str(n)))
-                           for n in df["name"].cat.categories] + [False])
+    names = [str(n) for n in df["name"].cat.categories]
+    batch = np.array([bool(_ITERATOR_TRANSFER.match(n)) for n in names] + [False])
+    send_recv = np.array([bool(_SEND_RECV.match(t)) for t in map(op_type_of, names)] + [False])
+    name_codes = df["name"].array.codes
     sends = np.flatnonzero(kind == _D2D_KIND)
-    kind[sends[batch_send[df["name"].array.codes[sends]]]] = _H2D_KIND
-    ops = np.flatnonzero((kind == _HOST_OP) | (kind == _D2D_KIND))
-    op_thread = thread_of(ops)
+    sends = sends[send_recv[name_codes[sends]]]
+    kind[sends[batch[name_codes[sends]]]] = _H2D_KIND
+    ops = np.flatnonzero(kind == _HOST_OP)
+    ops = np.concatenate([ops, sends[kind[sends] == _D2D_KIND]])
+    op_thread = _thread_keys(df, same, ops)
     keep = np.isin(op_thread, call_thread)
     ops, op_thread = ops[keep], op_thread[keep]
     if not len(ops):
         return
     starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
-    name_codes = df["name"].array.codes
-    torch_op = np.array([is_torch_op(str(n)) for n in df["name"].cat.categories] + [False])
+    torch_op = np.array([is_torch_op(n) for n in names] + [False])
     for t in np.unique(op_thread).tolist():
         op = ops[op_thread == t]
         calls = rows[call_thread == t]
@@ -620,10 +615,13 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
         inside = first < len(calls)
         holds = np.zeros(len(op), dtype=bool)
         holds[inside] = ends[calls[first[inside]]] <= ends[op[inside]]
+        # A send or receive is a copy only when the copy call is most of it: the rest of a
+        # `_Recv` is waiting for its peer (another worker, a parameter server), not copying.
         send = kind[op] == _D2D_KIND
-        held = calls[first[send & holds]]
-        copy = np.isin(kind[held], _HOST_DEVICE_COPIES)
-        kind[op[send & holds][copy]] = kind[held[copy]]
+        s_op, held = op[send & holds], calls[first[send & holds]]
+        copy = (np.isin(kind[held], (_H2D_KIND, _D2H_KIND))
+                & (2 * (ends[held] - starts[held]) > ends[s_op] - starts[s_op]))
+        kind[s_op[copy]] = kind[held[copy]]
         op, first, holds = op[~send], first[~send], holds[~send]
         # An op that spends most of its time in calls waiting for the device (aten::item's copy
         # to pageable memory; aten::nonzero's launch, then its blocking copy of the count) is
@@ -652,24 +650,37 @@ def _mark_loader_work(df: pd.DataFrame, kind: np.ndarray) -> None:
     in the breakdown (docs/trace-signals.md, "PyTorch DataLoader"). Launches and copies inside
     keep their kinds."""
     fetch_codes = [i for i, n in enumerate(df["name"].cat.categories)
-                   if str(n).startswith(LOADER_FETCH_PREFIX)]
+                   if LOADER_FETCH.match(str(n))]
     if not fetch_codes:
         return
-    name_codes = df["name"].array.codes
-    fetch = np.flatnonzero(np.isin(name_codes, fetch_codes))
-    width = len(df["line_id"].cat.categories) + 1
-    thread = (df["plane"].array.codes.astype(np.int64) * width
-              + df["line_id"].array.codes.astype(np.int64))
+    fetch = np.flatnonzero(np.isin(df["name"].array.codes, fetch_codes))
+    planes = np.arange(len(df["plane"].cat.categories) + 1)
+    fetch_thread = _thread_keys(df, planes, fetch)
+    # Candidates: the nested kinds on the planes that fetch (PyTorch's host plane).
+    cand = np.flatnonzero(np.isin(kind, _LOADER_NESTED)
+                          & np.isin(df["plane"].array.codes, df["plane"].array.codes[fetch]))
+    cand_thread = _thread_keys(df, planes, cand)
     starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
-    for t in np.unique(thread[fetch]).tolist():
-        f = fetch[thread[fetch] == t]
+    for t in np.unique(fetch_thread).tolist():
+        f = fetch[fetch_thread == t]
         f = f[np.argsort(starts[f], kind="stable")]
-        # Fetches do not nest in one another: each is one `__next__` call.
-        fs, fe = starts[f], ends[f]
-        rows = np.flatnonzero((thread == t) & np.isin(kind, _LOADER_NESTED))
+        # The latest end of the fetches started so far: an event starting after fetch i and
+        # ending by it lies inside one of them, even where fetches overlap.
+        fs, fe = starts[f], np.maximum.accumulate(ends[f])
+        rows = cand[cand_thread == t]
         i = np.searchsorted(fs, starts[rows], side="right") - 1
         inside = (i >= 0) & (ends[rows] <= fe[np.maximum(i, 0)])
         kind[rows[inside]] = _INPUT_WAIT_KIND
+
+
+def _thread_keys(df: pd.DataFrame, plane_map: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The thread of each of `rows` as one (plane, line id) code: line names repeat across
+    threads. One trace file is classified at a time (build_events), so thread ids never meet
+    another process's. `plane_map`: plane code -> the plane whose threads it shares (one extra
+    slot for code -1)."""
+    width = len(df["line_id"].cat.categories) + 1
+    return (plane_map[df["plane"].array.codes[rows]].astype(np.int64) * width
+            + df["line_id"].array.codes[rows])
 
 
 def empty_events() -> pd.DataFrame:

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import (
+    LOADER_FETCH,
     NEW_ITERATOR,
     OP_KINDS,
     SESSION_RUN,
@@ -82,10 +83,13 @@ _WARMUP = re.compile(r"^tf\.function-graph_building$|Compiler::|XlaCompile|Build
                      r"CompileGraph")
 _COUNTER = re.compile(r"(#|\s)\d+$")
 _TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
-# PyTorch's DataLoader fetch is the same signal in an eager loop traced without ProfilerStep
-# markers (the torch.autograd.profiler API; docs/trace-signals.md, "PyTorch DataLoader").
-_EAGER_FETCH = re.compile(r"^(EagerLocalExecute: IteratorGetNext(?:AsOptional)?|"
-                          r"enumerate\(DataLoader\)#\w+\.__next__)$")
+_EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
+
+
+def _batch_fetch(name: str) -> bool:
+    # PyTorch's DataLoader fetch is the same signal in an eager loop traced without ProfilerStep
+    # markers (the torch.autograd.profiler API; docs/trace-signals.md, "PyTorch DataLoader").
+    return bool(_EAGER_FETCH.match(name) or LOADER_FETCH.match(name))
 # The executor's unit of work for a Session.run, on an inter-op thread, nesting the ops it runs
 # (docs/trace-signals.md, "TF1 sessions").
 _PROCESS = "ExecutorState::Process"
@@ -219,7 +223,7 @@ def find_step_windows(events: pd.DataFrame
     session = _session_steps(events, host)
     if session is not None:
         return session
-    fetches = events[host & cat_mask(events["name"], _EAGER_FETCH.match)]
+    fetches = events[host & cat_mask(events["name"], _batch_fetch)]
     if len(fetches) >= 3:
         line, thread = _main_thread(fetches)
         f = on_thread(fetches, thread).sort_values("start_ns")

@@ -314,12 +314,31 @@ def _in_process_loader(ctx: Context, wait: float, loader: LoaderFetches) -> Find
     rest_ms = step_ms - wait_ms
     k = loader.workers_to_keep_up(rest_ms)
     speedup = speedup_from_saving(wait)
-    load_ms = loader.fetch_ms_per_step
-    inside = (f"torch ops take {loader.op_ms_per_step:.1f} ms of the {load_ms:.1f} ms it spends "
-              f"per step ({loader.ops_per_fetch:.0f} per fetch, the heaviest in top events), "
-              "the rest is Python: the dataset's __getitem__, decoding and transforms"
-              if loader.top_ops else "no torch op inside it: it is Python, the dataset's "
-              "__getitem__, decoding and transforms")
+    inside = (f"torch ops take {loader.op_ms_per_step:.1f} ms of the "
+              f"{loader.fetch_ms_per_step:.1f} ms it spends per step ({loader.ops_per_fetch:.0f}"
+              " per fetch, the heaviest in top events), the rest is Python: the dataset's "
+              "__getitem__, decoding and transforms" if loader.top_ops else
+              "no torch op inside it: it is Python, the dataset's __getitem__, decoding and "
+              "transforms")
+    which = (f"{loader.fetches} of the {loader.all_fetches} DataLoader fetches are"
+             if loader.all_fetches > loader.fetches else "every fetch is")
+    per_batch = (f"~{loader.ms_per_fetch:.0f} ms"
+                 + (f" ({loader.fetches_per_step:.1f} batches a step)"
+                    if round(loader.fetches_per_step, 1) != 1 else ""))
+    # Without an accelerator the workers take cores from the model (docs/trace-signals.md,
+    # "Input producers slow the model's ops").
+    cores = ("" if ctx.has_accelerator else "; on a host without an accelerator they run on the "
+             "model's cores, so this is an upper bound")
+    if k is None:
+        estimate = (f"estimate: the wait hidden, {speedup:.2f}x, is an upper bound: the step has "
+                    "no other work for worker processes to load the next batch under")
+        workers = "num_workers=one per spare core"
+    else:
+        estimate = (f"estimate: {k} worker processes, each loading a batch in {per_batch} while "
+                    f"the rest of the step takes {rest_ms:.0f} ms, have the next batch ready: the"
+                    f" wait hidden, {speedup:.2f}x, if the host has {k} cores to spare{cores}")
+        workers = f"num_workers={k} or more, up to one per spare core"
+    pinned = ", pin_memory=True" if ctx.has_accelerator else ""
     return Finding(
         id=ID,
         title="The input pipeline holds up training (the DataLoader loads each batch in the "
@@ -329,23 +348,21 @@ def _in_process_loader(ctx: Context, wait: float, loader: LoaderFetches) -> Find
         evidence=[
             f"{wait:.0%} of step time the training thread waits for the next batch "
             f"({wait_ms:.1f} ms of a {step_ms:.1f} ms median step)",
-            "every fetch is `_SingleProcessDataLoaderIter.__next__`: the DataLoader has no "
-            "worker processes and reads, transforms and collates each batch on the training "
-            f"thread while the step waits; {inside}",
-            f"estimate: {k} worker processes, each loading a batch in ~{load_ms:.0f} ms while "
-            f"the rest of the step takes {rest_ms:.0f} ms, have the next batch ready: the wait "
-            f"hidden, {speedup:.2f}x, if the host has {k} cores to spare",
+            f"{which} `_SingleProcessDataLoaderIter.__next__`: that DataLoader has no worker "
+            "processes and reads, transforms and collates each batch on the training thread "
+            f"while the step waits; {inside}",
+            estimate,
         ],
-        remedy=(f"Load batches in worker processes ahead of the step: DataLoader(num_workers={k} "
-                "or more, up to one per spare core, persistent_workers=True, pin_memory=True, "
-                "prefetch_factor=2); if the step still waits then, the workers are too slow: "
-                "move per-example Python into batched tensor ops, or store preprocessed data."),
+        remedy=(f"Load batches in worker processes ahead of the step: DataLoader({workers}, "
+                f"persistent_workers=True{pinned}); if the step still waits then, the workers "
+                "are too slow: move per-example Python into batched tensor ops, or store "
+                "preprocessed data."),
         numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
                  "causes": ["in_process_loading"], "pipeline_traced": True,
+                 "loader_ms_per_fetch": round(loader.ms_per_fetch, 3),
                  "loader_op_ms_per_step": round(loader.op_ms_per_step, 3),
                  "suggested_num_workers": k},
-        top_events=[{"name": n, "total_ms": ms, "count": calls} for n, ms, calls in
-                    loader.top_ops],
+        top_events=loader.top_ops,
         time_ranges_ms=input_wait_ranges(ctx),
     )
 

@@ -28,11 +28,10 @@ from analyzers.events import (
     stat_aliases,
 )
 
-_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
-# Kineto before PyTorch 1.10 wrote capitalized categories (`Operator`, `Runtime`, `Kernel`,
-# `Memcpy`, `Memset`) and the same events: docs/trace-signals.md, "PyTorch GPU traces".
-_OLD_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
-             "operator": "cpu_op", "runtime": "cuda_runtime"}
+# Kineto before PyTorch 1.10 named the GPU's categories `Kernel`, `Memcpy`, `Memset`
+# (docs/trace-signals.md, "PyTorch DataLoader").
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync",
+             "Kernel", "Memcpy", "Memset"}
 # xprof's view JSON prefixes the host: `vm /host:CPU`, `vm /device:GPU:0`.
 _PLANE = re.compile(r"(?:^|\s)(/(?:host|device):\S+)$")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -107,8 +106,6 @@ def read_chrome_trace(path: Path, host: str,
     t0_us = ts.min()
     args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
     cats = ev["cat"].astype(object).where(ev["cat"].notna(), "").astype(str)
-    cats = cats.where(~cats.isin(list(_OLD_CATS.keys() | {c.title() for c in _OLD_CATS})),
-                      cats.str.lower().map(_OLD_CATS))
     planes = []
     for pid, cat, a in zip(ev["pid"], cats, args, strict=True):
         pname = proc_names.get(pid, str(pid))

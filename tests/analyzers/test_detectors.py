@@ -1275,11 +1275,12 @@ def test_an_untraced_pipeline_wait_that_d_state_readers_explain_is_theirs(tmp_pa
 
 
 def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
-                  per_example_ops: int = 0, markers: bool = True) -> Path:
+                  per_example_ops: int = 0, markers: bool = True, other_us: int = 0) -> Path:
     """Five 100 ms PyTorch steps (Kineto JSON, current categories) that fetch from a DataLoader
     for `wait_us`, then compute; `per_example_ops` torch ops (`aten::to` > `aten::copy_`, 500 µs
     each) run inside each fetch, as an in-process loader's transforms do. Without `markers`, no
-    ProfilerStep#N (the torch.autograd.profiler API writes none)."""
+    ProfilerStep#N (the torch.autograd.profiler API writes none). `other_us`: then a fetch of
+    that long from a second loader, with worker processes."""
     import json
 
     events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
@@ -1293,7 +1294,11 @@ def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
              "name": f"enumerate(DataLoader)#_{iterator}DataLoaderIter.__next__",
              "pid": 1, "tid": 1, "ts": t0 + 500, "dur": wait_us},
             {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
-             "ts": t0 + 1_000 + wait_us, "dur": 97_000 - wait_us}]
+             "ts": t0 + 1_000 + wait_us + other_us, "dur": 97_000 - wait_us - other_us}]
+        if other_us:
+            events.append({"ph": "X", "cat": "user_annotation",
+                           "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                           "pid": 1, "tid": 1, "ts": t0 + 600 + wait_us, "dur": other_us})
         for i in range(per_example_ops):
             ts = t0 + 1_000 + i * 600
             events += [{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1,
@@ -1330,9 +1335,21 @@ def test_an_in_process_dataloader_is_named_with_the_workers_to_add(tmp_path):
     assert f.numbers["causes"] == ["in_process_loading"] and f.severity == "high"
     assert f.numbers["suggested_num_workers"] == 2 and "num_workers=2" in f.remedy
     assert f.numbers["loader_op_ms_per_step"] == pytest.approx(16.0)
-    assert f.top_events[0] == {"name": "aten::to", "total_ms": 16.0, "count": 32}
+    # Over the window's 5 steps, as every finding's top events count.
+    assert f.top_events[0] == {"name": "aten::to", "total_ms": 80.0, "count": 160}
+    assert f.numbers["loader_ms_per_fetch"] == pytest.approx(40.0)
     assert f.speedup == pytest.approx(1 / 0.6, rel=0.03)
     assert "num_workers=0" in f.title
+    # CPU only: the workers would share the model's cores, and there is no GPU to pin for.
+    assert "pin_memory" not in f.remedy and "upper bound" in f.evidence[-1]
+    # A second loader with workers, fetched after it in 5 ms: the in-process one holds the step
+    # up, and the evidence says it is one of two.
+    mixed = by_id(analyze(_loader_trace(tmp_path / "mixed.pt.trace.json", 40_000,
+                                        "SingleProcess", 32, other_us=5_000)))
+    f = mixed["input_preprocessing"]
+    assert f.numbers["causes"] == ["in_process_loading"]
+    assert "5 of the 10 DataLoader fetches are" in f.evidence[1]
+    assert f.numbers["loader_ms_per_fetch"] == pytest.approx(40.0)
     # The same loader fetching in 2 ms: nothing to hide.
     quick = _loader_trace(tmp_path / "quick.pt.trace.json", 2_000, "SingleProcess", 2)
     assert "input_preprocessing" not in by_id(analyze(quick))

@@ -385,3 +385,36 @@ def test_serial_copies_of_separate_processes_are_not_serialized_h2d(tmp_path):
     report = analyze(ddp)
     assert report.ctx.n_devices == 2
     assert "serialized_h2d" not in {f.id for f in report.findings}
+
+
+def test_sends_and_receives_holding_copies(tmp_path):
+    """On a GPU trace (docs/trace-signals.md, "Input copies inside the step"), a `_Send` that is
+    mostly a host-to-device copy call is that copy, and so is an iterator's transfer holding
+    none; a `_Recv` mostly waiting for its peer, with a short copy at its end, stays a transfer
+    between devices; so does any `_Send` on a trace without CUDA calls (logical CPU devices)."""
+    def trace(tmp: Path, gpu: bool) -> Path:
+        b = XSpaceBuilder()
+        host = b.plane("/host:CPU")
+        main, send = host.line("python3", line_id=1), host.line("tf_Compute/12", line_id=12)
+        labels, recv = host.line("tf_Compute/13", line_id=13), host.line("tf_Compute/14", 14)
+        copies = b.plane("/device:GPU:0", plane_id=1).line("Stream #14(MemcpyH2D)", 14)
+        corr = {"correlation_id": 7} if gpu else {}
+        main.event("train", 0, 100 * MS, step_num=0, _r=1)
+        send.event("model/x/_3:_Send", MS, 30 * MS)
+        send.event("MemcpyH2D", MS + 10 * US, 29 * MS, **corr)
+        labels.event("IteratorGetNext/_1:_Send", MS, 30 * MS)
+        recv.event("remote/_9:_Recv", 40 * MS, 30 * MS)
+        recv.event("MemcpyH2D", 68 * MS, MS, **({"correlation_id": 8} if gpu else {}))
+        if gpu:
+            copies.event("MemcpyH2D", MS + 20 * US, 29 * MS, correlation_id=7, device_id=0)
+            copies.event("MemcpyH2D", 68 * MS + 10 * US, MS // 2, correlation_id=8, device_id=0)
+        return b.write(tmp)
+
+    def kinds(run: Path) -> dict[str, str]:
+        ev = load_run(run).events
+        ops = ev[ev["name"].astype(str).str.contains(":_")]
+        return dict(zip(ops["name"].astype(str), ops["kind"].astype(str), strict=True))
+
+    assert kinds(trace(tmp_path / "gpu", True)) == {
+        "model/x/_3:_Send": "h2d", "IteratorGetNext/_1:_Send": "h2d", "remote/_9:_Recv": "d2d"}
+    assert set(kinds(trace(tmp_path / "cpu", False)).values()) == {"d2d"}

@@ -174,7 +174,8 @@ def test_recorded_kineto_2021_dataloader_traces(tmp_path):
     assert list(found) == ["input_preprocessing"], found
     f = found["input_preprocessing"]
     assert f.numbers["causes"] == ["in_process_loading"] and f.severity == "high"
-    assert f.numbers["suggested_num_workers"] >= 2
+    # 69 ms of loading a step against 117 ms of the rest: one worker keeps up, one more spare.
+    assert f.numbers["suggested_num_workers"] == 2
     # Per-example transforms inside each fetch: 32 ToTensor conversions for a batch of 32.
     assert f.top_events[0]["count"] >= 32
     measured = 176.3 / 126.6
