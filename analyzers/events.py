@@ -584,17 +584,19 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     kind[rows[np.isin(kind[rows], _RELABELED)]] = _LAUNCH_KIND
     call_thread = _thread_keys(df, same, rows)
     # TF's `_Send`/`_Recv` ops are d2d by their type (between logical CPU devices they are). On a
-    # GPU trace, the iterator's carry the batch to the device (the labels' send waits beside the
-    # images' copy holding no call of its own), and one that is mostly a host-device copy call
-    # is that copy: as d2d they outranked the copy in the breakdown (docs/trace-signals.md,
-    # "Input copies inside the step").
-    names = [str(n) for n in df["name"].cat.categories]
-    batch = np.array([bool(_ITERATOR_TRANSFER.match(n)) for n in names] + [False])
-    send_recv = np.array([bool(_SEND_RECV.match(t)) for t in map(op_type_of, names)] + [False])
+    # GPU trace, the iterator's transfers carry the batch to the device (the labels' send waits
+    # beside the images' copy holding no call of its own), and one that is mostly a host-device
+    # copy call is that copy: as d2d they outranked the copy in the breakdown (docs/trace-
+    # signals.md, "Input copies inside the step").
+    names = df["name"].cat.categories
     name_codes = df["name"].array.codes
+    send_recv = np.array([bool(_SEND_RECV.match(str(t))) for t in df["op_type"].cat.categories]
+                         + [False])
     sends = np.flatnonzero(kind == _D2D_KIND)
-    sends = sends[send_recv[name_codes[sends]]]
-    kind[sends[batch[name_codes[sends]]]] = _H2D_KIND
+    sends = sends[send_recv[df["op_type"].array.codes[sends]]]
+    batch_codes = [c for c in np.unique(name_codes[sends]).tolist()
+                   if c >= 0 and _ITERATOR_TRANSFER.match(str(names[c]))]
+    kind[sends[np.isin(name_codes[sends], batch_codes)]] = _H2D_KIND
     ops = np.flatnonzero(kind == _HOST_OP)
     ops = np.concatenate([ops, sends[kind[sends] == _D2D_KIND]])
     op_thread = _thread_keys(df, same, ops)
@@ -603,7 +605,7 @@ def _mark_launches(df: pd.DataFrame, kind: np.ndarray, rows: np.ndarray) -> None
     if not len(ops):
         return
     starts, ends = df["start_ns"].to_numpy(), EndTimes(df)
-    torch_op = np.array([is_torch_op(n) for n in names] + [False])
+    torch_op = np.array([is_torch_op(str(n)) for n in names] + [False])
     for t in np.unique(op_thread).tolist():
         op = ops[op_thread == t]
         calls = rows[call_thread == t]
