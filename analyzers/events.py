@@ -656,6 +656,10 @@ def _mark_loader_work(df: pd.DataFrame, kind: np.ndarray) -> None:
     if not fetch_codes:
         return
     fetch = np.flatnonzero(np.isin(df["name"].array.codes, fetch_codes))
+    # Only the fetches that are waits: Kineto's copy of an annotation on a GPU line is not one.
+    fetch = fetch[kind[fetch] == _INPUT_WAIT_KIND]
+    if not len(fetch):
+        return
     planes = np.arange(len(df["plane"].cat.categories) + 1)
     fetch_thread = _thread_keys(df, planes, fetch)
     # Candidates: the nested kinds on the planes that fetch (PyTorch's host plane).

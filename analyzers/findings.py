@@ -29,9 +29,13 @@ def severity_for(speedup: float) -> str:
     return "low"
 
 
+# No fix is credited with more than this share of the step: what is left is the work itself.
+MAX_SAVING = 0.95
+
+
 def speedup_from_saving(saved_fraction: float) -> float:
     """Step time shrinks by `saved_fraction` of itself: the what-if every detector reports."""
-    saved = min(max(saved_fraction, 0.0), 0.95)
+    saved = min(max(saved_fraction, 0.0), MAX_SAVING)
     return 1.0 / (1.0 - saved)
 
 
@@ -99,7 +103,7 @@ def heaviest_events(df: pd.DataFrame, n: int = 5, where: np.ndarray | None = Non
     count[-1] = 0
     total[-1] = 0
     top = [i for i in np.lexsort((-total, count == 0))[:n].tolist() if count[i]]  # absent last
-    return [{"name": names[i], "total_ms": round(total[i] / 1e6, 3), "count": int(count[i])}
+    return [{"name": names[i], "total_ms": round(float(total[i]) / 1e6, 3), "count": int(count[i])}
             for i in top]
 
 

@@ -90,6 +90,8 @@ def _batch_fetch(name: str) -> bool:
     # PyTorch's DataLoader fetch is the same signal in an eager loop traced without ProfilerStep
     # markers (the torch.autograd.profiler API; docs/trace-signals.md, "PyTorch DataLoader").
     return bool(_EAGER_FETCH.match(name) or LOADER_FETCH.match(name))
+
+
 # The executor's unit of work for a Session.run, on an inter-op thread, nesting the ops it runs
 # (docs/trace-signals.md, "TF1 sessions").
 _PROCESS = "ExecutorState::Process"

@@ -312,7 +312,7 @@ def _in_process_loader(ctx: Context, wait: float, loader: LoaderFetches) -> Find
     step_ms = ctx.steps.median_step_ns() / 1e6
     wait_ms = wait * step_ms
     rest_ms = step_ms - wait_ms
-    k = loader.workers_to_keep_up(rest_ms)
+    k = loader.workers_to_keep_up(rest_ms, step_ms)
     speedup = speedup_from_saving(wait)
     inside = (f"torch ops take {loader.op_ms_per_step:.1f} ms of the "
               f"{loader.fetch_ms_per_step:.1f} ms it spends per step ({loader.ops_per_fetch:.0f}"

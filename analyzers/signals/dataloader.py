@@ -19,7 +19,7 @@ import numpy as np
 
 from analyzers.context import Context
 from analyzers.events import LOADER_FETCH
-from analyzers.findings import heaviest_events
+from analyzers.findings import MAX_SAVING, heaviest_events
 from analyzers.steps import merge_intervals
 
 IN_PROCESS = "_SingleProcessDataLoaderIter"
@@ -46,11 +46,12 @@ class LoaderFetches:
     def ms_per_fetch(self) -> float:
         return self.fetch_ms_per_step / self.fetches_per_step if self.fetches_per_step else 0.0
 
-    def workers_to_keep_up(self, rest_ms: float) -> int | None:
+    def workers_to_keep_up(self, rest_ms: float, step_ms: float) -> int | None:
         """Worker processes that, each loading a batch as long as a fetch takes now, have the
         step's batches ready while the rest of the step runs, plus one to absorb jitter; None
-        when the step is all loading (no worker count hides it)."""
-        if rest_ms <= 0:
+        when the step is nearly all loading: the count would grow without bound, past any
+        host's cores (findings.MAX_SAVING caps the saving there too)."""
+        if rest_ms < (1 - MAX_SAVING) * step_ms:
             return None
         return max(2, math.ceil(self.fetch_ms_per_step / rest_ms) + 1)
 

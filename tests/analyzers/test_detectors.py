@@ -1279,8 +1279,9 @@ def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
     """Five 100 ms PyTorch steps (Kineto JSON, current categories) that fetch from a DataLoader
     for `wait_us`, then compute; `per_example_ops` torch ops (`aten::to` > `aten::copy_`, 500 µs
     each) run inside each fetch, as an in-process loader's transforms do. Without `markers`, no
-    ProfilerStep#N (the torch.autograd.profiler API writes none). `other_us`: then a fetch of
-    that long from a second loader, with worker processes."""
+    ProfilerStep#N (the torch.autograd.profiler API writes none). `other_us`: then two fetches
+    from a second loader, with worker processes, of that long together, each holding a 400 µs
+    `aten::empty` (unpickling the batch)."""
     import json
 
     events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
@@ -1295,10 +1296,13 @@ def _loader_trace(path: Path, wait_us: int, iterator: str = "MultiProcessing",
              "pid": 1, "tid": 1, "ts": t0 + 500, "dur": wait_us},
             {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
              "ts": t0 + 1_000 + wait_us + other_us, "dur": 97_000 - wait_us - other_us}]
-        if other_us:
-            events.append({"ph": "X", "cat": "user_annotation",
-                           "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-                           "pid": 1, "tid": 1, "ts": t0 + 600 + wait_us, "dur": other_us})
+        for k in range(2 if other_us else 0):
+            ts = t0 + 600 + wait_us + k * other_us // 2
+            events += [{"ph": "X", "cat": "user_annotation",
+                        "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                        "pid": 1, "tid": 1, "ts": ts, "dur": other_us // 2 - 10},
+                       {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1,
+                        "ts": ts + 100, "dur": 400}]
         for i in range(per_example_ops):
             ts = t0 + 1_000 + i * 600
             events += [{"ph": "X", "cat": "cpu_op", "name": "aten::to", "pid": 1, "tid": 1,
@@ -1342,17 +1346,64 @@ def test_an_in_process_dataloader_is_named_with_the_workers_to_add(tmp_path):
     assert "num_workers=0" in f.title
     # CPU only: the workers would share the model's cores, and there is no GPU to pin for.
     assert "pin_memory" not in f.remedy and "upper bound" in f.evidence[-1]
-    # A second loader with workers, fetched after it in 5 ms: the in-process one holds the step
-    # up, and the evidence says it is one of two.
+    # A second loader with workers, fetched twice after it in 5 ms: more fetches, less time.
+    # The in-process one holds the step up; the evidence says its fetches are 5 of 15, and its
+    # ops are the ones inside its own fetches.
     mixed = by_id(analyze(_loader_trace(tmp_path / "mixed.pt.trace.json", 40_000,
                                         "SingleProcess", 32, other_us=5_000)))
     f = mixed["input_preprocessing"]
     assert f.numbers["causes"] == ["in_process_loading"]
-    assert "5 of the 10 DataLoader fetches are" in f.evidence[1]
+    assert "5 of the 15 DataLoader fetches are" in f.evidence[1]
     assert f.numbers["loader_ms_per_fetch"] == pytest.approx(40.0)
+    assert f.numbers["loader_op_ms_per_step"] == pytest.approx(16.0)
+    assert [t["name"] for t in f.top_events] == ["aten::to"]
+    # Loading all but 3 ms of each step: no worker count keeps up, none is asked for.
+    busy = by_id(analyze(_loader_trace(tmp_path / "busy.pt.trace.json", 96_000,
+                                       "SingleProcess", 32)))["input_preprocessing"]
+    assert busy.numbers["suggested_num_workers"] is None
+    assert "num_workers=one per spare core" in busy.remedy
     # The same loader fetching in 2 ms: nothing to hide.
     quick = _loader_trace(tmp_path / "quick.pt.trace.json", 2_000, "SingleProcess", 2)
     assert "input_preprocessing" not in by_id(analyze(quick))
+
+
+def test_work_inside_overlapping_fetches_is_the_wait(tmp_path):
+    """A fetch inside another (a loader wrapping a loader): an op after the inner one ends but
+    before the outer one does is still inside a fetch."""
+    import json
+
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+              {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1,
+               "tid": 1, "ts": 0, "dur": 99_000},
+              {"ph": "X", "cat": "user_annotation", "name": fetch, "pid": 1, "tid": 1,
+               "ts": 500, "dur": 40_000},
+              {"ph": "X", "cat": "user_annotation", "name": fetch, "pid": 1, "tid": 1,
+               "ts": 1_000, "dur": 4_000},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::stack", "pid": 1, "tid": 1,
+               "ts": 10_000, "dur": 2_000},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1,
+               "ts": 41_000, "dur": 50_000},
+              # Kineto's copies of annotations on the GPU's stream are spans, not waits.
+              {"ph": "X", "cat": "gpu_user_annotation", "name": fetch, "pid": 0, "tid": 7,
+               "ts": 600, "dur": 39_000, "args": {"device": 0}},
+              {"ph": "X", "cat": "gpu_user_annotation", "name": "## forward ##", "pid": 0,
+               "tid": 7, "ts": 2_000, "dur": 1_000, "args": {"device": 0}}]
+    from analyzers.ingest.logdir import load_run
+
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ev = load_run(path).events
+    kinds = dict(zip(ev["name"].astype(str), ev["kind"].astype(str), strict=True))
+    assert kinds["aten::stack"] == "input_wait" and kinds["aten::addmm"] == "host_op"
+    assert kinds["## forward ##"] == "other"
+
+
+@pytest.mark.parametrize(("steps", "warned"), [(1, True), (2, True), (3, False)])
+def test_a_window_of_few_steps_is_a_warning(tmp_path, steps, warned):
+    report = analyze(gpu_trace(tmp_path, steps=steps, devices=1))
+    assert report.ctx.n_steps == steps
+    assert bool(report.window_warnings()) is warned
 
 
 def test_steps_without_markers_are_cut_at_dataloader_fetches(tmp_path):

@@ -403,6 +403,7 @@ def test_sends_and_receives_holding_copies(tmp_path):
         send.event("model/x/_3:_Send", MS, 30 * MS)
         send.event("MemcpyH2D", MS + 10 * US, 29 * MS, **corr)
         labels.event("IteratorGetNext/_1:_Send", MS, 30 * MS)
+        labels.event("IteratorGetNextAsOptional_1/_2:_Recv", 32 * MS, MS)
         recv.event("remote/_9:_Recv", 40 * MS, 30 * MS)
         recv.event("MemcpyH2D", 68 * MS, MS, **({"correlation_id": 8} if gpu else {}))
         if gpu:
@@ -416,5 +417,6 @@ def test_sends_and_receives_holding_copies(tmp_path):
         return dict(zip(ops["name"].astype(str), ops["kind"].astype(str), strict=True))
 
     assert kinds(trace(tmp_path / "gpu", True)) == {
-        "model/x/_3:_Send": "h2d", "IteratorGetNext/_1:_Send": "h2d", "remote/_9:_Recv": "d2d"}
+        "model/x/_3:_Send": "h2d", "IteratorGetNext/_1:_Send": "h2d", "remote/_9:_Recv": "d2d",
+        "IteratorGetNextAsOptional_1/_2:_Recv": "h2d"}
     assert set(kinds(trace(tmp_path / "cpu", False)).values()) == {"d2d"}

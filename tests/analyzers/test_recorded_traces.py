@@ -176,8 +176,9 @@ def test_recorded_kineto_2021_dataloader_traces(tmp_path):
     assert f.numbers["causes"] == ["in_process_loading"] and f.severity == "high"
     # 69 ms of loading a step against 117 ms of the rest: one worker keeps up, one more spare.
     assert f.numbers["suggested_num_workers"] == 2
-    # Per-example transforms inside each fetch: 32 ToTensor conversions for a batch of 32.
-    assert f.top_events[0]["count"] >= 32
+    # Per-example transforms inside each fetch: 32 ToTensor conversions or more for a batch of
+    # 32, in each of the 6 fetches (top events count over the window).
+    assert f.top_events[0]["count"] >= 32 * 6
     measured = 176.3 / 126.6
     assert abs(f.speedup / measured - 1) <= 0.25, f.speedup
     fed = report("resnet50_num_workers_4")
