@@ -510,10 +510,13 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         seen[keys(block)] = True
     table = np.full(len(seen), KINDS.index("other"), dtype=np.int8)
     all_ops = [*op_types, "<unknown>"]
+    fetch_codes: set[int] = set()  # DataLoader fetches, found among the names that are waits
     for k in np.flatnonzero(seen):
         ni, c = divmod(int(k), key_width)
         device, cls = divmod(c, n_cls)
         table[k] = KINDS.index(classify(names[ni], all_ops[ni], bool(device), LINE_CLASSES[cls]))
+        if table[k] == _INPUT_WAIT_KIND and LOADER_FETCH.match(names[ni]):
+            fetch_codes.add(ni)
     kind = np.empty(len(df), dtype=np.int8)
     for block in chunks(len(df)):
         kind[block] = table[keys(block)]
@@ -523,7 +526,8 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
         device = on_device.astype(bool)[df["plane"].array.codes[rows]]
         _direct_copy_calls(df, kind, rows, corr, device)
         _mark_launches(df, kind, rows[~device])
-    _mark_loader_work(df, kind)
+    if fetch_codes:
+        _mark_loader_work(df, kind, list(fetch_codes))
     df["kind"] = _categorical(kind, list(KINDS))
     return df
 
@@ -644,17 +648,13 @@ _INPUT_WAIT_KIND = KINDS.index("input_wait")
 _LOADER_NESTED = (_HOST_OP, _FRAMEWORK_KIND, KINDS.index("other"))
 
 
-def _mark_loader_work(df: pd.DataFrame, kind: np.ndarray) -> None:
+def _mark_loader_work(df: pd.DataFrame, kind: np.ndarray, fetch_codes: list[int]) -> None:
     """Relabel, in `kind`, the host work nested in a PyTorch DataLoader fetch on the fetching
     thread as the wait it is part of: with num_workers=0 the training thread loads the batch
     itself (`_SingleProcessDataLoaderIter.__next__` holding the transforms' and the collate's
     aten ops), and the step waits for all of it; as host compute those ops outranked the wait
     in the breakdown (docs/trace-signals.md, "PyTorch DataLoader"). Launches and copies inside
-    keep their kinds."""
-    fetch_codes = [i for i, n in enumerate(df["name"].cat.categories)
-                   if LOADER_FETCH.match(str(n))]
-    if not fetch_codes:
-        return
+    keep their kinds. `fetch_codes`: the name codes of the fetches."""
     fetch = np.flatnonzero(np.isin(df["name"].array.codes, fetch_codes))
     # Only the fetches that are waits: Kineto's copy of an annotation on a GPU line is not one.
     fetch = fetch[kind[fetch] == _INPUT_WAIT_KIND]

@@ -126,10 +126,9 @@ def detect(ctx: Context) -> Finding | None:
     if gbps and gbps < PAGEABLE_GBPS:
         evidence.append(f"{gbps:.1f} GB/s is a pageable copy's rate (pinned memory over PCIe: "
                         "12-25 GB/s)")
-    names: list[str] = []
-    if not ops.empty:
-        top = ops.groupby("name", observed=True)["dur_ns"].sum().sort_values(ascending=False)
-        names = [str(x) for x in top.index[:3]]
+    top_events = heaviest_events(ops)
+    names = [t["name"] for t in top_events[:3]]
+    if names:
         evidence.append(f"beside the copies, {len(ops) / n:.0f} host op(s) per step run with no "
                         f"kernel either ({', '.join(names)}): {union - copy_share:.1%} more of "
                         "the step, counted here because the GPU waits for both")
@@ -150,7 +149,7 @@ def detect(ctx: Context) -> Finding | None:
                  "copies_per_step": round(len(h2d) / n, 1),
                  "mb_per_step": round(nbytes / n / 1e6, 3),
                  "gb_per_s": round(gbps, 2)},
-        top_events=heaviest_events(ops) if names else [],
+        top_events=top_events,
         # The reference trainer's serial copies are this on a single GPU.
         config_changes=({"input_copy": "distributed"}
                         if ctx.config and ctx.config.get("input_copy") == "serial" else {}),

@@ -20,7 +20,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import LOADER_FETCH
 from analyzers.findings import MAX_SAVING, heaviest_events
-from analyzers.steps import merge_intervals
+from analyzers.steps import inside_merged, merge_intervals
 
 IN_PROCESS = "_SingleProcessDataLoaderIter"
 WORKERS = "_MultiProcessingDataLoaderIter"
@@ -81,10 +81,10 @@ def _fetches(ctx: Context) -> LoaderFetches:
                        name=lambda n: n.startswith("aten::"),
                        columns=("name", "start_ns", "end_ns", "dur_ns"))
     s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-    # Inside this iterator's fetches only (another loader's fetches hold their own ops).
-    i = np.searchsorted(fs, s, side="right") - 1
-    inside = (i >= 0) & (e <= fe[np.maximum(i, 0)])
-    ops, s, e = ops[inside].reset_index(drop=True), s[inside], e[inside]
+    # Inside this iterator's fetches only (another loader's fetches hold their own ops; an op
+    # starting in a fetch ends in it: events on one thread nest).
+    mine_ops = inside_merged(s, fs, fe)
+    ops, s, e = ops[mine_ops].reset_index(drop=True), s[mine_ops], e[mine_ops]
     if ops.empty:
         return out
     # The outermost ops only (aten::to holds aten::copy_): an op starting before the latest end
