@@ -34,6 +34,21 @@ _REPLICA = re.compile(r"(?:^|/)replica_(\d+)/|^GetNextFromShard(\d+)$")
 IN_STEP_COLUMNS = ("host", "plane", "line", "line_id", "name", "op_type", "kind",
                    "step_idx", "start_ns", "end_ns", "dur_ns")
 _CLIPPED = ("step_idx", "start_ns", "end_ns", "dur_ns")
+# A rendezvous key's source and destination devices (docs/trace-signals.md, "Parameter servers").
+_KEY_TASKS = re.compile(r"^/job:([^/;]+)/replica:\d+/task:(\d+)/[^;]*;[^;]*;"
+                        r"/job:([^/;]+)/replica:\d+/task:(\d+)/")
+PS_JOB = "ps"
+# TF's remote capture names each worker's file `<host>_<port>` (docs/trace-signals.md).
+_WORKER_PORT = re.compile(r"^(.+)_(\d{4,5})$")
+
+
+def one_machine(hosts: list[str]) -> str | None:
+    """The machine all traced processes run on, when their trace files say so."""
+    found = [_WORKER_PORT.match(h) for h in hosts]
+    machines = {m.group(1) for m in found if m}
+    if len(hosts) > 1 and all(found) and len(machines) == 1:
+        return machines.pop()
+    return None
 # Context._placement codes for events not held whole by one step.
 OUTSIDE, CROSSES = -1, -2
 
@@ -225,6 +240,56 @@ class Context:
         return max(len(self.hosts), 1)
 
     @property
+    def one_machine(self) -> str | None:
+        """The machine every trace file's process ran on (`localhost` for workers captured on
+        one machine), when the files' names say so: they then share its cores."""
+        return one_machine(self.hosts)
+
+    @cached_property
+    def host_tasks(self) -> dict[str, tuple[str, int]]:
+        """host → (job, task index) of the TF server it traced, read from the rendezvous keys of
+        its cross-process sends, which name the sending device first ("/job:ps/replica:0/
+        task:0/device:CPU:0;...;/job:worker/..."): a parameter-server job's ("ps") hosts and its
+        workers. Empty for a trace of one process (its keys carry "/job:localhost/")."""
+        ev = self.events
+        if "rendezvous" not in ev or self.n_hosts < 2:
+            return {}
+        rows = np.flatnonzero(ev["rendezvous"].array.codes >= 0)
+        # A send runs in its sender's process; a receive (TF1 timelines) in its receiver's.
+        ops = ev["op_type"].cat.categories
+        sends = np.array(["Send" in str(t) for t in ops] + [False])
+        host = ev["host"].array.codes[rows].astype(np.int64)
+        key = ev["rendezvous"].array.codes[rows].astype(np.int64)
+        send = sends[ev["op_type"].array.codes[rows]].astype(np.int64)
+        width = len(ev["rendezvous"].cat.categories)
+        combos = np.unique((host * width + key) * 2 + send)
+        votes: dict[str, dict[tuple[str, int], int]] = {}
+        for c in combos.tolist():
+            h, k, is_send = ev["host"].cat.categories[c // 2 // width], (c // 2) % width, c % 2
+            m = _KEY_TASKS.match(str(ev["rendezvous"].cat.categories[k]))
+            if m is None or m.group(1, 2) == m.group(3, 4):
+                continue  # not across processes: no job of its own to read
+            job, task = m.group(1, 2) if is_send else m.group(3, 4)
+            own = votes.setdefault(str(h), {})
+            own[(job, int(task))] = own.get((job, int(task)), 0) + 1
+        return {h: max(v, key=v.__getitem__) for h, v in votes.items()}
+
+    @cached_property
+    def host_roles(self) -> dict[str, int]:
+        """How many hosts each job traced ({"ps": 1, "worker": 2}); empty when no trace names
+        its job."""
+        roles: dict[str, int] = {}
+        for job, _ in self.host_tasks.values():
+            roles[job] = roles.get(job, 0) + 1
+        return roles
+
+    @cached_property
+    def ps_hosts(self) -> list[str]:
+        """The hosts that traced parameter servers: they hold variables and run the updates
+        and lookups the workers' steps send them, but no step of their own."""
+        return [h for h, (job, _) in self.host_tasks.items() if job == PS_JOB]
+
+    @property
     def step_host(self) -> str | None:
         """The step thread's host when the trace holds several (what one worker's own figures
         read), else None: no host to filter on."""
@@ -315,8 +380,10 @@ class Context:
         names its own `/device:GPU:0`), or on CPU hosts, the replicas one host's op names show
         times the hosts (the workers of a multi-worker job run the same graph)."""
         if self.device_planes and self.n_hosts > 1:
-            return len(self._host_device_pairs)
-        return self.devices_per_host * self.n_hosts
+            pairs = self._host_device_pairs
+            return int((~pairs["host"].isin(self.ps_hosts)).sum())
+        # A parameter server holds variables, not a replica of the model.
+        return self.devices_per_host * max(self.n_hosts - len(self.ps_hosts), 1)
 
     @cached_property
     def _host_device_pairs(self) -> pd.DataFrame:

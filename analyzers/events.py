@@ -41,12 +41,16 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "root": ("_r",),
     "filename": ("filename",),  # the file a tf.data reader opens (TFRecordDataset)
     "num_shards": ("num_shards",),  # a tf.data Shard stage's shard count (dataset.shard, DATA)
+    # A `_Send`'s rendezvous key, "SRC_DEVICE;incarnation;DST_DEVICE;edge;frame:iter": the
+    # job and task of both ends (docs/trace-signals.md, "Parameter servers").
+    "rendezvous": ("key",),
+    "sent_from": ("from",),  # the op whose output a `_Send` sends
     # TraceMe context ids: a Session.run's `SessionRun` produces the id that its executor's
     # `ExecutorState::Process` events consume (docs/trace-signals.md, "TF1 sessions").
     "producer": ("_p",),
     "consumer": ("_c",),
 }
-TEXT_STATS = {"memcpy_details", "tf_op", "filename"}
+TEXT_STATS = {"memcpy_details", "tf_op", "filename", "rendezvous", "sent_from"}
 # DirectSession's event for one Session.run call, on the calling thread.
 SESSION_RUN = "SessionRun"
 # One traced Session.run of a TF1 RunMetadata timeline (tf.compat.v1 `timeline.Timeline`, what
@@ -117,7 +121,8 @@ _CONVERT = re.compile(
     r"^(convert_to_tensor|tf\.constant|EagerLocalExecute: (Cast|_EagerConst|DeepCopy))$"
 )
 _FRAMEWORK = re.compile(
-    r"^(EagerExecute|EagerKernelExecute|EagerLocalExecute.*|KernelAndDeviceFunc::Run|"
+    r"^(EagerExecute|EagerKernelExecute|EagerLocalExecute.*|KernelAndDeviceFunc::Run(Async)?|"
+    r"EagerService:\w+|"
     r"TFE_Py_\w+|FunctionRun|ExecutorState::.*|ExecutorDoneCallback|ParallelFor|"
     r"ThunkExecutor::Execute|BlockUntilReady|CpuExecutable::\w+|TraceContext|SessionRun|"
     r"RunGraph|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"

@@ -94,7 +94,8 @@ class Report:
             "trace_files": [str(p) for p in self.run.trace_files],
             "hardware": {"accelerator": self.ctx.has_accelerator,
                          "device_planes": self.ctx.device_planes,
-                         "hosts": self.ctx.n_hosts, "devices": self.ctx.n_devices,
+                         "hosts": self.ctx.n_hosts, "host_roles": self.ctx.host_roles,
+                         "devices": self.ctx.n_devices,
                          "cpus": self.ctx.n_cpus},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
                       "median_ms": round(steps.median_step_ns() / 1e6, 3),
@@ -181,6 +182,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
     hw = d["hardware"]
     kind = "accelerator " + ", ".join(hw["device_planes"]) if hw["accelerator"] else "CPU only"
     hosts = f", {hw['hosts']} hosts" if hw["hosts"] > 1 else ""
+    if hw["host_roles"]:
+        hosts += " (" + ", ".join(f"{n} {job}" for job, n in sorted(hw["host_roles"].items())) + ")"
     out.append(f"hardware: {kind}{hosts}"
                f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
                f"sampler data: {'yes' if d['sampler'] else 'no'}")

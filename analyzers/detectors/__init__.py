@@ -21,6 +21,7 @@ DETECTOR_IDS = (
     "exposed_input_copy",
     "collective_overhead",
     "straggler_worker",
+    "parameter_server_wait",
     "dstate_threads",
     "kernel_launch_overhead",
     "eager_execution",

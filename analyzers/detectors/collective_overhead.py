@@ -12,8 +12,6 @@ back whole (docs/trace-signals.md, "Jobs that are not ours", multi-worker).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from analyzers.context import Context
@@ -50,19 +48,6 @@ _SAME_MACHINE_REMEDY = (
     "Run one process per machine: MirroredStrategy over that machine's devices does the same "
     "all-reduce in memory instead of over RPC between worker processes that share its cores; "
     "keep MultiWorkerMirroredStrategy for workers on separate machines.")
-# TF's remote capture names each worker's file `<host>_<port>` (docs/trace-signals.md).
-_WORKER_PORT = re.compile(r"^(.+)_(\d{4,5})$")
-
-
-def _one_machine(hosts: list[str]) -> str | None:
-    """The machine all worker processes run on, when their trace files say so."""
-    found = [_WORKER_PORT.match(h) for h in hosts]
-    machines = {m.group(1) for m in found if m}
-    if len(hosts) > 1 and all(found) and len(machines) == 1:
-        return machines.pop()
-    return None
-
-
 def _peer_wait(ctx: Context) -> float | None:
     """The share of the workers' collective time that passes while another worker still
     computes: waiting for a slower peer, not exchanging. The breakdown already leaves that time
@@ -84,7 +69,11 @@ def _peer_wait(ctx: Context) -> float | None:
 
 
 def detect(ctx: Context) -> Finding | None:
-    share = ctx.fractions.get("collective", 0.0) + ctx.fractions.get("copy_d2d", 0.0)
+    share = ctx.fractions.get("collective", 0.0)
+    if not ctx.ps_hosts:
+        # A parameter-server job's sends are its exchange with the servers, and
+        # `parameter_server_wait` counts them in the workers' wait.
+        share += ctx.fractions.get("copy_d2d", 0.0)
     # Workers waiting in the all-reduce for a straggler that is not computing (its input, its
     # Python) are in collectives while nobody computes: that time is the straggler's finding,
     # with the straggler's remedy, not the exchange's.
@@ -112,7 +101,7 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.config and hosts == 1:
         changes = {"devices": target}
     # GPU processes on one machine exchange over NVLink/PCIe, not RPC: only CPU workers count.
-    machine = None if ctx.has_accelerator else _one_machine(ctx.hosts)
+    machine = None if ctx.has_accelerator else ctx.one_machine
     if machine:
         hw = (f"{hosts} worker processes on one machine ({machine}), {ctx.devices_per_host} "
               "device(s) each: they share its cores and exchange over RPC")

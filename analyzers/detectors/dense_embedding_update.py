@@ -114,6 +114,10 @@ def detect(ctx: Context) -> Finding | None:
         # millions).
         ops = ctx.in_steps(name=_wanted,
                            columns=("host", "name", "kind", "start_ns", "end_ns", "step_idx"))
+    if ctx.ps_hosts:
+        # On a parameter-server job the servers' updates run while the worker waits for
+        # them: `parameter_server_wait` counts that wait, this finding the workers' own ops.
+        ops = ops[~ops["host"].isin(ctx.ps_hosts).to_numpy()]
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)

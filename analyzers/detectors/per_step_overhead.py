@@ -20,14 +20,18 @@ import numpy as np
 
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.executions import executions, graph_builds
-from analyzers.steps import covered_ns, covered_per_step
+from analyzers.signals.executions import PREFIX, executions, graph_builds
+from analyzers.steps import covered_ns, covered_outside, covered_per_step
 
 ID = "per_step_overhead"
 MIN_OVERHEAD = 0.10
 # One per batch the step reads (consumer side of the iterator, in or outside the function).
 _FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute)$")
 STEPS_PER_CALL = 4
+# Parameter-server workers that run their steps together less than this share of the time
+# take turns (measured: 0-2% when the coordinator fetches every step's result, 60-90% when it
+# schedules ahead).
+TAKING_TURNS = 0.2
 # Main-thread work other detectors already explain.
 _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 
@@ -81,22 +85,61 @@ def detect(ctx: Context) -> Finding | None:
     per_call = batches_per_call(ctx)
     suggest = per_call * STEPS_PER_CALL
     step_ms = ctx.steps.median_step_ns() / 1e6
+    evidence = [
+        f"the compiled step runs {run_share:.0%} of step time; the Python loop, callbacks "
+        f"and function dispatch around each call take {overhead:.0%} "
+        f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step; "
+        "input waits, conversions and copies left out: other findings cover them)",
+        f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
+        f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
+    ]
+    remedy = (f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
+              "loop over batches inside the tf.function (tf.range); or use a larger batch so "
+              "each call does more work (seed 000).")
+    numbers = {"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
+               "batches_per_call": per_call, "suggested_steps_per_call": suggest}
+    together = _workers_together(ctx, set(fn["op"]), rs, re_)
+    if together is not None:
+        # A parameter-server worker's calls come from the coordinator over RPC: the time
+        # between them is the coordinator's (docs/trace-signals.md, "Parameter servers").
+        numbers["workers_running_together"] = round(together, 4)
+        evidence[0] = evidence[0].replace(
+            "the Python loop, callbacks and function dispatch around each call take",
+            "waiting for the coordinator to send the next call (its Python loop, RPC) takes")
+        if together < TAKING_TURNS:
+            evidence.append(
+                f"the other workers run their step function during only {together:.0%} of this "
+                "worker's: the workers take turns, so the coordinator waits for each step's "
+                "result before it schedules the next")
+        remedy = (
+            "Keep every worker busy: schedule steps ahead and fetch results rarely "
+            "(ClusterCoordinator.schedule returns at once; a RemoteValue.fetch() or "
+            "coordinator.join() after each schedule makes the workers take turns), and run "
+            f"several steps per scheduled function (a tf.range loop of {suggest} batches "
+            f"inside it, or Model.fit(steps_per_execution={suggest})).")
     return Finding(
         id=ID,
         title=f"{overhead:.0%} of each step is host overhead around the train-function call",
         step_fraction=overhead,
         speedup=speedup_from_saving(saved),
-        evidence=[
-            f"the compiled step runs {run_share:.0%} of step time; the Python loop, callbacks "
-            f"and function dispatch around each call take {overhead:.0%} "
-            f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step; "
-            "input waits, conversions and copies left out: other findings cover them)",
-            f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
-            f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
-        ],
-        remedy=(f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
-                "loop over batches inside the tf.function (tf.range); or use a larger batch so "
-                "each call does more work (seed 000)."),
-        numbers={"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
-                 "batches_per_call": per_call, "suggested_steps_per_call": suggest},
+        evidence=evidence,
+        remedy=remedy,
+        numbers=numbers,
     )
+
+
+def _workers_together(ctx: Context, functions: set[str], rs: np.ndarray, re_: np.ndarray
+                      ) -> float | None:
+    """On a parameter-server job, the share of this worker's step runs during which another
+    worker runs the same step function; None on other jobs."""
+    if not ctx.ps_hosts:
+        return None
+    others = [h for h in ctx.host_tasks if h not in ctx.ps_hosts and h != ctx.step_host]
+    calls = {PREFIX + f for f in functions}
+    ev = ctx.in_steps(name=calls.__contains__, columns=("host", "start_ns", "end_ns"))
+    ev = ev[ev["host"].isin(others).to_numpy()]
+    runs_ns = covered_ns(rs, re_)
+    if ev.empty or runs_ns <= 0:
+        return None if not others else 0.0
+    s, e = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
+    return (runs_ns - covered_outside(rs, re_, s, e)) / runs_ns

@@ -97,6 +97,17 @@ MODE:
   one-example records through tf.data instead (batched, parsed a batch at a time on AUTOTUNE
   threads, prefetched). No step markers in any of them: steps
   are the Session.run calls.
+- `ps_adam` / `ps_sparse` / `ps_fetch_each`: ParameterServerStrategy on this machine: a
+  coordinator (this process), two workers and one parameter server (`tf.distribute.Server`
+  processes), a small Criteo-like model (8 tables of 100,000 x 16, 13 numbers, a 141-256-1
+  MLP, batches of 512) trained by a custom loop the coordinator schedules. `ps_adam`: Keras 3's
+  Adam on every variable (it densifies the tables' gradients; the update runs on the server).
+  `ps_sparse`: the tables updated by `scatter_sub` of their rows, Adam for the MLP only; the
+  coordinator schedules 4 steps, then joins. `ps_fetch_each`: `ps_sparse` fetching every step's
+  loss (the workers take turns). `ps_hot`: `ps_sparse` with two servers and no variable
+  partitioner, the first table looked up 64 times per example (a multi-hot feature, summed):
+  its server does most of the work. Profiled by the profiler client on the workers' and
+  servers' profiler ports: a `localhost_<port>.xplane.pb` each.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -110,6 +121,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -233,6 +245,17 @@ STRAGGLER_MATMULS = 12
 SLOW_INPUT_S = 0.06
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on localhost."""
+    socks = [socket.socket() for _ in range(n)]
+    for sock in socks:
+        sock.bind(("localhost", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
 def multiworker(kind: str) -> None:
     """Start the workers, wait until they train, trace them all with the profiler client. A
     TF 2.21 worker now and then dies in native code while it is traced ("double free or
@@ -255,11 +278,7 @@ def multiworker(kind: str) -> None:
 
 
 def _multiworker_once(kind: str, n: int) -> str:
-    ports = []
-    for _ in range(2 * n):
-        with socket.socket() as sock:
-            sock.bind(("localhost", 0))
-            ports.append(sock.getsockname()[1])
+    ports = free_ports(2 * n)
     flags = Path(tempfile.mkdtemp(prefix="workers-"))
     procs = [subprocess.Popen([sys.executable, __file__, logdir, "_worker", kind, str(i),
                                str(flags), *map(str, ports)], stdout=subprocess.PIPE, text=True)
@@ -356,7 +375,126 @@ def multiworker_worker(kind: str, index: int, flags: Path, ports: list[int]) -> 
     os._exit(0)
 
 
-if mode == "_worker":
+PS_TABLES, PS_ROWS, PS_DIM, PS_BATCH = 8, 100_000, 16, 512
+
+
+def ps_server(job: str, index: int, cluster: dict, profiler_port: int) -> None:
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
+                                  protocol="grpc", start=True)
+    tf.profiler.experimental.server.start(profiler_port)
+    server.join()
+
+
+def ps_job(kind: str) -> None:
+    """The coordinator of a ParameterServerStrategy job (module docstring), tried again from an
+    empty logdir when a server wrote no profile (as `multiworker` does)."""
+    servers = 2 if kind == "ps_hot" else 1
+    for _ in range(3):
+        shutil.rmtree(logdir, ignore_errors=True)
+        _ps_once(kind, servers)
+        if len(list(Path(logdir).rglob("*.xplane.pb"))) == 2 + servers:
+            return
+    raise SystemExit("the servers wrote no profile in 3 tries")
+
+
+def _ps_once(kind: str, servers: int) -> None:
+    n = 2 + servers
+    p = free_ports(2 * n + 1)
+    jobs = [("worker", 0), ("worker", 1), *(("ps", i) for i in range(servers))]
+    cluster = {job: [f"localhost:{p[k]}" for k, (j, _) in enumerate(jobs) if j == job]
+               for job in ("worker", "ps")}
+    tasks = [(job, i, p[n + k]) for k, (job, i) in enumerate(jobs)]
+    procs = [subprocess.Popen([sys.executable, __file__, logdir, "_ps_server", job, str(i),
+                               json.dumps(cluster), str(port)]) for job, i, port in tasks]
+    try:
+        os.environ["TF_CONFIG"] = json.dumps({
+            "cluster": {**cluster, "chief": [f"localhost:{p[2 * n]}"]},
+            "task": {"type": "chief", "index": 0}})
+        strategy = tf.distribute.experimental.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        _ps_train(kind, strategy, coordinator, [port for *_, port in tasks])
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def _ps_train(kind: str, strategy, coordinator, profiler_ports: list[int]) -> None:
+    import keras
+    with strategy.scope():
+        tables = [tf.Variable(tf.random.uniform((PS_ROWS, PS_DIM), -0.05, 0.05))
+                  for _ in range(PS_TABLES)]
+        dense = [tf.Variable(tf.random.normal((PS_TABLES * PS_DIM + 13, 256), stddev=0.05)),
+                 tf.Variable(tf.random.normal((256, 1), stddev=0.05))]
+        adam = keras.optimizers.Adam(1e-3)
+
+    def dataset_fn(_):
+        n = PS_BATCH * 16
+        ids = tf.random.uniform((n, PS_TABLES), 0, PS_ROWS, dtype=tf.int64, seed=1)
+        x = tf.random.uniform((n, 13), seed=2)
+        y = tf.cast(tf.random.uniform((n, 1), seed=3) > 0.5, tf.float32)
+        return (tf.data.Dataset.from_tensor_slices((ids, x, y)).batch(PS_BATCH).cache()
+                .repeat().prefetch(2))
+
+    @tf.function
+    def per_worker_dataset():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+    it = iter(coordinator.create_per_worker_dataset(per_worker_dataset))
+
+    @tf.function
+    def step(iterator):
+        def replica(batch):
+            ids, x, y = batch
+            with tf.GradientTape() as tape:
+                rows = [tf.nn.embedding_lookup(t, ids[:, i]) for i, t in enumerate(tables)]
+                if kind == "ps_hot":
+                    hot = tf.math.floormod(ids[:, :1] * tf.range(1, 65, dtype=tf.int64), PS_ROWS)
+                    rows[0] = tf.reduce_sum(tf.nn.embedding_lookup(tables[0], hot), 1)
+                h = tf.nn.relu(tf.concat([*rows, x], 1) @ dense[0])
+                loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, h @ dense[1]))
+            grads = tape.gradient(loss, tables + dense)
+            if kind == "ps_adam":
+                adam.apply_gradients(zip(grads, tables + dense, strict=True))
+            else:
+                for t, g in zip(tables, grads, strict=False):
+                    t.scatter_sub(tf.IndexedSlices(0.01 * g.values, g.indices))
+                adam.apply_gradients(zip(grads[PS_TABLES:], dense, strict=True))
+            return loss
+        return strategy.run(replica, args=(next(iterator),))
+
+    def some_steps() -> int:
+        if kind == "ps_fetch_each":
+            coordinator.schedule(step, args=(it,)).fetch()
+            return 1
+        for _ in range(4):
+            coordinator.schedule(step, args=(it,))
+        coordinator.join()
+        return 4
+    for _ in range(3):
+        some_steps()
+    t, n = time.perf_counter(), 0
+    while time.perf_counter() < t + 3:
+        n += some_steps()
+    print(f"untraced_step_ms={(time.perf_counter() - t) / n * 1e3:.3f}", flush=True)
+
+    def trace():
+        # TF 2.21: each server saves its own xplane, and the client may say it got none.
+        with contextlib.suppress(RuntimeError):
+            tf.profiler.experimental.client.trace(
+                ",".join(f"grpc://localhost:{port}" for port in profiler_ports), logdir,
+                duration_ms=3000)
+    tracer = threading.Thread(target=trace)
+    tracer.start()
+    while tracer.is_alive():
+        some_steps()
+    tracer.join()
+
+
+if mode == "_ps_server":
+    ps_server(sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6]))
+elif mode.startswith("ps_"):
+    ps_job(mode)
+elif mode == "_worker":
     multiworker_worker(sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]),
                        [int(a) for a in sys.argv[6:]])
 elif mode.startswith("multiworker"):

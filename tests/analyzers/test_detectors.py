@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyzers.detectors.collective_overhead import _one_machine
+from analyzers.context import one_machine
 from analyzers.findings import Finding, Skipped
 from analyzers.report import analyze
 from tests.analyzers.traces import (
@@ -900,7 +900,7 @@ def test_a_worker_waiting_for_a_slower_peer(tmp_path):
     (["localhost_6001"], None),
 ])
 def test_workers_on_one_machine(hosts, machine):
-    assert _one_machine(hosts) == machine
+    assert one_machine(hosts) == machine
 
 
 def _embedding_step(update: str, read_ms: float = 0.01):

@@ -1,0 +1,215 @@
+"""Parameter-server jobs: the hosts' roles from the sends' rendezvous keys, `parameter_server_wait`
+and the coordinator-bound form of `per_step_overhead` (code-built traces laid out as TF 2.21's
+ParameterServerStrategy writes them: a `localhost_<port>.xplane.pb` per worker and server; each
+worker runs its step as an RPC `EagerService:Enqueue` holding the function call, the servers
+run their partition of it on their own executor threads; docs/trace-signals.md, "Parameter
+servers")."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzers.report import analyze, render_text
+from tests.analyzers.test_detectors import by_id
+from tests.analyzers.traces import MS
+from tests.analyzers.xspace_builder import Ref, XSpaceBuilder
+
+STEP = 100  # ms
+FN = "__inference_step_7"
+
+
+def _device(job: str, task: int) -> str:
+    return f"/job:{job}/replica:0/task:{task}/device:CPU:0"
+
+
+def _key(src: str, dst: str, edge: str) -> Ref:
+    return Ref(f"{src};3f2a9c;{dst};{edge};0:0")
+
+
+def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
+         compute_ms: float = 30, wait_ms: float = 60, server_ms=None, dense: bool = False,
+         turns: bool = False, scope: str = "", steps: int = 8, machines: bool = False) -> None:
+    """Each worker's step is a function call of `call_ms` in every 100 ms: `compute_ms` of its
+    own ops, a send of its gradients to every server, then `wait_ms` with nothing of its own
+    running while the servers update. Server s runs ops `server_ms[s]` ms of that wait (all of
+    it by default): whole-table `AssignSubVariableOp`s when `dense` (after the worker's
+    `UnsortedSegmentSum` and 5 ms `mul_2` whose output it sends; with a `scope`, an
+    optimizer's, densifying on the server), else row scatters; each also looks rows up (1 ms) and
+    sends them at the start of the call. `turns`: the workers' calls alternate instead of
+    running together (the coordinator fetches each step's result). The files are named as the
+    profiler client names them, `localhost_<port>`, or, with `machines`, one machine each."""
+    server_ms = [wait_ms] * servers if server_ms is None else server_ms
+    space = {name: XSpaceBuilder() for name in
+             [f"w{i}" for i in range(workers)] + [f"ps{s}" for s in range(servers)]}
+    for i in range(workers):
+        me = _device("worker", i)
+        host = space[f"w{i}"].plane("/host:CPU")
+        rpc = host.line("tf_Compute/100", line_id=100)
+        ex = host.line("tf_Compute/101", line_id=101)
+        for k in range(steps):
+            t0 = k * STEP * MS + (i * STEP * MS // 2 if turns else 0)
+            call = int((call_ms / 2 if turns else call_ms) * MS)
+            c0 = t0 + MS // 2
+            rpc.event("EagerService:Enqueue", c0 - 10_000, call + 20_000)
+            rpc.event(f"EagerLocalExecute: {FN}", c0, call)
+            rpc.event("EagerKernelExecute", c0 + 5_000, call - 10_000)
+            own = int((compute_ms / 2 if turns else compute_ms) * MS)
+            ex.event("matmul:_MklMatMul", c0 + MS, own - MS)
+            if dense and not scope:  # densified by hand: then `lr * g` on the whole table
+                grad = host.line("tf_Compute/102", line_id=102)
+                grad.event("UnsortedSegmentSum_2:UnsortedSegmentSum", c0 + own - MS // 2,
+                           MS // 4)
+                grad.event("mul_2:Mul", c0 + own - 11 * MS // 2, 5 * MS)
+            if not servers:  # workers of a multi-worker job exchange with each other
+                ex.event("mul_2/_55:_Send", c0 + own, 50_000,
+                         key=_key(me, _device("worker", (i + 1) % workers), "edge_246_mul_2"))
+            send = 6 * MS if dense else 50_000  # a dense gradient is table-sized
+            for s in range(servers):
+                ex.event("mul_2/_55:_Send", c0 + own, send,
+                         key=_key(me, _device("ps", s), f"edge_246_mul_2_{s}"),
+                         **{"from": "mul_2", "to": "AssignSubVariableOp_2"})
+            for s in range(servers):
+                ps = space[f"ps{s}"].plane("/host:CPU").line("tf_Compute/200", line_id=200)
+                ps.event("embedding_lookup:ResourceGather", c0 + 10_000, MS)
+                ps.event("embedding_lookup/_3:_Send", c0 + MS + 20_000, 50_000,
+                         key=_key(_device("ps", s), me, "edge_107_embedding_lookup"))
+                busy = int((server_ms[s] / 2 if turns else server_ms[s]) * MS)
+                update = (f"{scope}AssignSubVariableOp_2:AssignSubVariableOp" if dense
+                          else f"{scope}ResourceScatterSub:ResourceScatterSub")
+                ps.event(update, c0 + own + send + 100_000, busy - send - 200_000)
+                if dense and scope:
+                    ps.event(f"{scope}UnsortedSegmentSum_2:UnsortedSegmentSum",
+                             c0 + own + busy - 100_000, 50_000)
+    for k, (name, b) in enumerate(space.items()):
+        b.write(tmp_path, host=f"{name}.cluster_2222" if machines else f"localhost_{4000 + k}")
+
+
+def _report(tmp_path):
+    r = analyze(tmp_path)
+    return r, by_id(r)
+
+
+def test_roles_come_from_the_rendezvous_keys(tmp_path):
+    _job(tmp_path, servers=2, wait_ms=10)
+    r, _ = _report(tmp_path)
+    assert r.ctx.host_roles == {"ps": 2, "worker": 2}
+    assert sorted(r.ctx.ps_hosts) == ["localhost_4002", "localhost_4003"]
+    assert r.ctx.host_tasks["localhost_4001"] == ("worker", 1)
+    assert r.to_dict()["hardware"]["devices"] == 2  # servers hold no replica
+    assert "4 hosts (2 ps, 2 worker)" in render_text(r)
+
+
+def test_dense_updates_on_the_server(tmp_path):
+    """The workers' compute is 30 ms of a 100 ms step; they wait 60 ms for the server's dense
+    updates: a sparse step keeps only three times the 1 ms lookups of the wait."""
+    _job(tmp_path, dense=True)
+    r, found = _report(tmp_path)
+    f = found["parameter_server_wait"]
+    assert f.numbers["cause"] == "dense_updates" and f.severity == "high"
+    wait = f.numbers["wait_fraction"]
+    assert wait == pytest.approx(0.69, abs=0.005)  # the 98 ms call less its 29 ms of matmul
+    rows = f.numbers["row_lookup_fraction"]
+    assert rows == pytest.approx(1 / 98, abs=0.002)
+    # The worker's own dense work: the 5 ms `mul_2` whose output it sends, holding the USS.
+    assert f.numbers["worker_densify_fraction"] == pytest.approx(0.0525, abs=0.001)
+    saved = wait - 3 * rows * wait + 0.0525
+    assert f.speedup == pytest.approx(1 / (1 - saved), rel=0.01)
+    assert f.top_events[0]["name"] == "AssignSubVariableOp_2:AssignSubVariableOp"
+    assert "ps:0 (localhost_4002)" in f.evidence[1]
+    assert "scatter_sub" in f.remedy
+    assert "collective_overhead" not in found  # the sends are the servers' exchange
+
+
+def test_an_optimizer_on_the_servers_is_counted_once(tmp_path):
+    """A Keras 3 Adam on a table under ParameterServerStrategy runs on the server: its dense
+    ops are the wait the worker pays, not a second saving of `dense_embedding_update`."""
+    _job(tmp_path, dense=True, scope="adam/")
+    _, found = _report(tmp_path)
+    assert found["parameter_server_wait"].numbers["cause"] == "dense_updates"
+    assert "dense_embedding_update" not in found
+
+
+def test_sparse_round_trips_estimate_nothing(tmp_path):
+    """A sparse job waits for its lookups and scatters: the finding reports the wait, low, with
+    no saving; nothing else reaches medium."""
+    _job(tmp_path, compute_ms=80, wait_ms=15, server_ms=[4])
+    r, found = _report(tmp_path)
+    f = found["parameter_server_wait"]
+    assert f.numbers["cause"] == "transfer" and f.severity == "low" and f.speedup == 1.0
+    assert f.numbers["server_busy"]["ps:0 (localhost_4002)"] == pytest.approx(5 / 98, abs=0.01)
+    assert not [x.id for x in r.findings if x.severity in ("high", "medium")]
+
+
+def test_busy_servers_estimate_nothing(tmp_path):
+    _job(tmp_path, compute_ms=70, wait_ms=25)
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "servers_busy" and f.speedup == 1.0
+
+
+def test_one_server_busier_than_the_other(tmp_path):
+    """Two servers on machines of their own: one updates 60 ms of each step, the other 10 ms.
+    Balanced, each would be busy their mean (35 ms): the busiest one's excess, 25 of its 60 ms,
+    goes from the wait."""
+    _job(tmp_path, servers=2, server_ms=[60, 10], machines=True)
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "unbalanced"
+    busy = f.numbers["server_busy"]
+    hi, lo = busy["ps:0 (ps0.cluster_2222)"], busy["ps:1 (ps1.cluster_2222)"]
+    assert hi > 2 * lo
+    wait = f.numbers["wait_fraction"]
+    assert f.speedup == pytest.approx(1 / (1 - wait * (hi - (hi + lo) / 2) / hi), rel=0.01)
+    assert f.severity == "high" and "MinSizePartitioner" in f.remedy
+
+
+def test_unbalanced_servers_sharing_one_machine(tmp_path):
+    """The same servers as processes on one machine share its cores: balancing them wins
+    nothing there (measured: 1.28x slower), so no saving, and the evidence says why."""
+    _job(tmp_path, servers=2, server_ms=[60, 10])
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "unbalanced" and f.speedup == 1.0 and f.severity == "low"
+    assert "one machine (localhost)" in f.evidence[-1]
+
+
+def test_no_servers_no_finding(tmp_path):
+    """Two workers of a MultiWorkerMirroredStrategy job send to each other: no parameter
+    server, so nothing waits for one."""
+    _job(tmp_path, servers=0)
+    r, found = _report(tmp_path)
+    assert "parameter_server_wait" not in found
+    assert r.ctx.ps_hosts == [] and r.ctx.host_roles == {"worker": 2}
+
+
+def test_one_process_has_no_roles(tmp_path):
+    """One process's sends between its own devices name one task (`/job:localhost/`)."""
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    main, ex = host.line("python3", line_id=1), host.line("tf_Compute/5", line_id=5)
+    for k in range(5):
+        t0 = k * STEP * MS
+        main.event("train", t0, STEP * MS - 1000, step_num=k, _r=1)
+        ex.event("x/_1:_Send", t0 + MS, MS, key=_key(
+            "/job:localhost/replica:0/task:0/device:CPU:0",
+            "/job:localhost/replica:0/task:0/device:CPU:1", "edge_1_x"))
+    b.write(tmp_path, host="vm")
+    b.write(tmp_path, host="vm2")
+    r, _ = _report(tmp_path)
+    assert r.ctx.host_tasks == {} and r.to_dict()["hardware"]["host_roles"] == {}
+
+
+def test_workers_taking_turns(tmp_path):
+    """The coordinator fetches every step's result: one worker runs while the other waits for
+    its next call. per_step_overhead names the coordinator, not Python callbacks."""
+    _job(tmp_path, turns=True, wait_ms=10)
+    f = _report(tmp_path)[1]["per_step_overhead"]
+    assert f.numbers["workers_running_together"] == pytest.approx(0.0, abs=0.01)
+    assert any("take turns" in e for e in f.evidence)
+    assert "waiting for the coordinator" in f.evidence[0]
+    assert "RemoteValue.fetch()" in f.remedy
+
+
+def test_workers_running_together(tmp_path):
+    _job(tmp_path, call_ms=70, wait_ms=10)
+    f = _report(tmp_path)[1]["per_step_overhead"]
+    assert f.numbers["workers_running_together"] == pytest.approx(1.0, abs=0.01)
+    assert not any("take turns" in e for e in f.evidence)
+    assert "ClusterCoordinator.schedule" in f.remedy
