@@ -313,11 +313,19 @@ def _stat_columns(space: DecodedSpace, planes: list, columns: list[str]
         if col in TEXT_STATS:
             refs = np.flatnonzero(kinds == _REF)
             texts = np.flatnonzero((kinds == _STR) | (kinds == _BYTES))
-            values_out = [ref_names[ev_plane[rows[r]]].get(int(values[r]), "") for r in refs]
-            values_out += [space.text(int(values[r]), int(si[rows[r], 4])) for r in texts]
+            # Each distinct (plane, reference) is looked up once: sends repeat their keys. A
+            # reference is a stat metadata id, numbered from 1 (ids past 2**32 read as absent).
+            ref_ids = values[refs]
+            known = (ref_ids >= 0) & (ref_ids < 1 << 32)
+            pair = np.where(known, (ev_plane[rows[refs]].astype(np.int64) << 32) | ref_ids, -1)
+            pairs, inv = np.unique(pair, return_inverse=True)
+            named = np.array([ref_names[p >> 32].get(p & 0xFFFFFFFF, "") if p >= 0 else ""
+                              for p in pairs.tolist()] + [""], dtype=object)[:len(pairs)]
+            values_out = np.concatenate((named[inv.ravel()],
+                                         space.texts(values[texts], si[rows[texts], 4])))
             # Text values after references: where both exist for an event, the text wins.
             out[col] = _last_per_event(np.concatenate((events[refs], events[texts])),
-                                       np.asarray(values_out, dtype=object))
+                                       values_out)
         else:
             ints = (kinds == _INT64) | (kinds == _UINT64) | (kinds == _REF)
             dbl = kinds == _DOUBLE
