@@ -279,7 +279,7 @@ class Context:
         """How many hosts each job traced ({"ps": 1, "worker": 2}); empty when no trace names
         its job."""
         roles: dict[str, int] = {}
-        for job, _ in self.host_tasks.values():
+        for job, _ in sorted(self.host_tasks.values()):
             roles[job] = roles.get(job, 0) + 1
         return roles
 

@@ -44,13 +44,12 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     # A `_Send`'s rendezvous key, "SRC_DEVICE;incarnation;DST_DEVICE;edge;frame:iter": the
     # job and task of both ends (docs/trace-signals.md, "Parameter servers").
     "rendezvous": ("key",),
-    "sent_from": ("from",),  # the op whose output a `_Send` sends
     # TraceMe context ids: a Session.run's `SessionRun` produces the id that its executor's
     # `ExecutorState::Process` events consume (docs/trace-signals.md, "TF1 sessions").
     "producer": ("_p",),
     "consumer": ("_c",),
 }
-TEXT_STATS = {"memcpy_details", "tf_op", "filename", "rendezvous", "sent_from"}
+TEXT_STATS = {"memcpy_details", "tf_op", "filename", "rendezvous"}
 # DirectSession's event for one Session.run call, on the calling thread.
 SESSION_RUN = "SessionRun"
 # One traced Session.run of a TF1 RunMetadata timeline (tf.compat.v1 `timeline.Timeline`, what

@@ -564,6 +564,14 @@ def covered_outside(s: np.ndarray, e: np.ndarray, other_s: np.ndarray,
             - covered_ns(other_s, other_e))
 
 
+def covered_during(s: np.ndarray, e: np.ndarray, other_s: np.ndarray,
+                   other_e: np.ndarray) -> int:
+    """Time the intervals [s, e) cover while one of the `other` intervals does (integer ns)."""
+    if not len(s) or not len(other_s):
+        return 0
+    return covered_ns(s, e) - covered_outside(s, e, other_s, other_e)
+
+
 def covered_per_step(s: np.ndarray, e: np.ndarray, w_start: np.ndarray,
                      w_end: np.ndarray) -> np.ndarray:
     """Per step window, the time (integer ns) some interval [s, e) covers inside it."""

@@ -31,6 +31,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.embedding_ops import DENSIFY, ROW_OPS
 from analyzers.steps import covered_ns
 
 ID = "dense_embedding_update"
@@ -45,13 +46,9 @@ _OPTIMIZER = re.compile(
 # without a table).
 _LOOKUP = re.compile(
     r"^(?!(?:.*/)?(?:gradient_tape|gradients(?:_\d+)?)/).*:(?:ResourceGather|GatherV2)$")
-_DENSIFY = re.compile(r":UnsortedSegmentSum$")
 _READ = re.compile(r":ReadVariableOp$")
 # Share of the steps a read must run in to count as a copy made every step.
 EVERY_STEP_SHARE = 0.5
-# Ops of a row-sparse update: what stays when the tables are updated by rows.
-_SPARSE_UPDATE = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|"
-                            r"GatherV2|Unique\w*)$")
 # The optimizer's share of a step is (elementwise passes over every parameter) against (the
 # model's compute over the batch): a few percent for dense layers at any usable batch size.
 # A quarter or more, with tables in the model, is the tables updated whole.
@@ -104,7 +101,7 @@ def detect(ctx: Context) -> Finding | None:
         names = [*names, *ctx.present("tf_op")]
     if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
         return None
-    if not any(_READ.search(n) or (_OPTIMIZER.search(n) and not _SPARSE_UPDATE.search(n))
+    if not any(_READ.search(n) or (_OPTIMIZER.search(n) and not ROW_OPS.search(n))
                for n in names):
         return None
     if ctx.has_accelerator:
@@ -114,7 +111,7 @@ def detect(ctx: Context) -> Finding | None:
         # millions).
         ops = ctx.in_steps(name=_wanted,
                            columns=("host", "name", "kind", "start_ns", "end_ns", "step_idx"))
-    if ctx.ps_hosts:
+    if not ops.empty and ctx.ps_hosts:
         # On a parameter-server job the servers' updates run while the worker waits for
         # them: `parameter_server_wait` counts that wait, this finding the workers' own ops.
         ops = ops[~ops["host"].isin(ctx.ps_hosts).to_numpy()]
@@ -124,7 +121,7 @@ def detect(ctx: Context) -> Finding | None:
     in_optimizer = (cat_mask(ops["name"], _OPTIMIZER.search)
                     & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
-    densify = cat_mask(ops["name"], _DENSIFY.search) & in_optimizer
+    densify = cat_mask(ops["name"], DENSIFY.search) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)
     # A copy is a read of COPY_MIN_NS or more, judged per op name on the median, that most
     # steps make: a read in a few steps is periodic work (a TF1 Saver reads each variable,
@@ -144,7 +141,7 @@ def detect(ctx: Context) -> Finding | None:
     evidence: list[str] = []
     n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     # The copies are the other cause's; a scatter is what a row-sparse update keeps.
-    dense = in_optimizer & ~copy & ~cat_mask(ops["name"], _SPARSE_UPDATE.search)
+    dense = in_optimizer & ~copy & ~cat_mask(ops["name"], ROW_OPS.search)
     dense_share = _share(ops, dense, total)
     # Without a densifying op, only elementwise passes say a table is updated whole: a fused
     # dense apply (ResourceApplyAdam) takes a dense gradient, which a table's lookup never

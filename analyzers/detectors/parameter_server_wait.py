@@ -1,60 +1,65 @@
 """`parameter_server_wait`: the workers of a parameter-server job wait for the servers in each step.
 
-Signal (docs/trace-signals.md, "Parameter servers"): under ParameterServerStrategy (TF2) or a TF1
-job with `replica_device_setter`, the variables live on the "ps" tasks, and each step function a
-worker runs is partitioned: the lookups, reads and updates of those variables run on the servers,
-the rest on the worker, joined by `_Send`/`_Recv` pairs over RPC. The worker's call ends only when
-the servers' part has run, so inside the call, the time none of the worker's own ops covers is
-its wait for the servers: their ops and the transfers both ways. The hosts' roles come from the
-sends' rendezvous keys (`Context.host_tasks`).
+Signal (docs/trace-signals.md, "Parameter servers"): under TF2's ParameterServerStrategy the
+variables live on the "ps" tasks, and each step function a worker runs is partitioned: the
+lookups, reads and updates of those variables run on the servers, the rest on the worker, joined
+by `_Send`/`_Recv` pairs over RPC. The worker's call ends only when the servers' part has run, so
+inside the call, the time none of the worker's own ops covers is its wait for the servers: their
+ops and the transfers both ways (and the executor's own gaps between ops, which a one-process
+step has too). The hosts' roles come from the sends' rendezvous keys (`Context.host_tasks`).
+Steps must be the worker's function calls: a TF1 `Session.run` worker is not read yet.
 
-Causes, read from what the servers do during the steps:
-- `dense_updates`: the tables' gradients reach the servers dense (`UnsortedSegmentSum`, the op
-  that turns an IndexedSlices into a tensor, on a worker or a server), so each step updates every
-  row of every table and sends table-sized tensors: a Keras 3 Adam on the tables, or a gradient
-  passed through tf.convert_to_tensor.
-- `unbalanced`: with several servers, one is busy UNBALANCED times as long as the least busy:
-  whole tables placed on one server each, without a variable partitioner.
-- `transfer`: neither, and the servers are idle for most of the wait: moving tensors.
-- `servers_busy`: neither, and the servers' own work fills the wait.
+Causes, read from what the servers do during this worker's calls:
+- `dense_updates`: the servers spend most of their time on whole-variable work (anything but
+  row lookups, scatters and sparse updates), and a gradient was densified (`UnsortedSegmentSum`,
+  the op that turns an IndexedSlices into a tensor) on a server or on this worker: each step
+  updates every row of the tables and sends table-sized tensors (Keras 3's Adam on a table, a
+  gradient passed through tf.convert_to_tensor).
+- `unbalanced`: with several servers, the busiest runs ops UNBALANCED times as long as the least
+  busy and fills at least IDLE_SERVERS of the wait: whole tables placed on one server each,
+  without a variable partitioner.
+- `transfer`: none of these, and the busiest server's ops fill less than IDLE_SERVERS of the
+  wait: moving tensors.
+- `servers_busy`: none of these, and the servers' own work fills the wait.
 
-Estimate: with sparse updates the wait shrinks to the lookups' round trips, taken as
-SPARSE_ROUND_TRIPS times the servers' row ops (a gather, a scatter back, the transfers); the
-worker's own dense work on the gradients goes too (its `UnsortedSegmentSum`s and the ops whose
-outputs it sends to the servers). Balanced servers would each be as busy as their mean: the
-busiest one's excess is saved when the servers run on separate machines; processes sharing one
-machine's cores gain nothing from it. The last two causes are a sparse job's round trips, whose
-cost depends on the cluster (more servers, a faster network): the finding reports the wait and
+Estimate: with sparse updates the wait shrinks to the row ops' round trips, taken as
+SPARSE_ROUND_TRIPS times the servers' row-op time in the calls (a gather, a scatter back, the
+transfers; the row ops the servers run for other workers meanwhile count too, so this errs
+towards what stays), and the worker's own `UnsortedSegmentSum`s go, where no other op of its
+runs. The rest of the worker's arithmetic on the dense gradients is not attributed: nothing in
+the trace says which ops consume the densified tensor, so the estimate is low when a worker
+densifies by hand. Balanced servers would each be as busy as their mean: the busiest one's
+excess is saved when the servers run on separate machines; processes sharing one machine's cores
+gain nothing from it (measured). The last two causes are a sparse job's round trips, whose cost
+depends on the cluster (more servers, a faster network): the finding reports the wait and
 estimates no saving, so it stays `low` (the sparse jobs of tests/analyzers/foreign_jobs.py wait
 27-39% of a step on one 2-core machine).
+
+Numbers: `wait_fraction` and `worker_densify_fraction` are shares of step time; the servers'
+`server_busy_in_calls` and `row_ops_in_calls` are shares of this worker's call time.
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
-import pandas as pd
 
-from analyzers.context import PS_JOB, Context
+from analyzers.context import Context
 from analyzers.events import cat_mask
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.embedding_ops import DENSIFY, ROW_OPS
 from analyzers.signals.executions import executions
-from analyzers.steps import covered_ns, covered_outside
+from analyzers.steps import covered_during, covered_ns, covered_outside
 
 ID = "parameter_server_wait"
 MIN_SHARE = 0.05
-# What a worker does itself: anything but the framework's containers and its remote transfers.
+# What a worker does itself: anything but the framework's containers and its sends, which are
+# the transfers to the servers.
 _OWN_KINDS = ("host_op", "input_wait", "input_work", "convert", "h2d", "d2h", "collective",
               "launch", "sync", "device_compute")
-_SERVER_KINDS = ("host_op", "d2d")
-_DENSIFY = re.compile(r"(?:^|[/:])UnsortedSegmentSum$")
-# Row-wise variable access: what a server does for a sparse step.
-_ROW_OPS = re.compile(r":(?:ResourceGather\w*|ResourceScatter\w*|ResourceSparseApply\w*|"
-                      r"GatherV2|Unique\w*)$")
 SPARSE_ROUND_TRIPS = 3.0
 UNBALANCED = 2.0
 IDLE_SERVERS = 0.5  # the busiest server's ops fill less of the wait: transfers
+TABLE_WORK = 0.5  # whole-variable work's share of the servers' busy time that says dense
 _REMEDY = {
     "dense_updates": (
         "Keep the tables' gradients sparse all the way to the servers, so a step sends and "
@@ -68,8 +73,8 @@ _REMEDY = {
         "Spread every large table over all parameter servers: "
         "ParameterServerStrategy(cluster_resolver, variable_partitioner="
         "tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 << 10, "
-        "max_shards={servers})) (TF1: tf.compat.v1.fixed_size_partitioner), so no server "
-        "serves more than its share of the lookups and updates."),
+        "max_shards={servers})), so no server serves more than its share of the lookups and "
+        "updates."),
     "transfer": (
         "The servers are mostly idle while the workers wait: the time goes to moving tensors. "
         "Send fewer bytes per step (sparse gradients, no dense reads of large variables in the "
@@ -80,11 +85,6 @@ _REMEDY = {
         "variables over them (variable_partitioner), and keep dense layers' variables small "
         "or on the workers (replicated with MirroredStrategy or MultiWorkerMirroredStrategy)."),
 }
-
-
-def _during(s: np.ndarray, e: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> int:
-    """Time the intervals (s, e) cover while one of (rs, re_) runs."""
-    return covered_ns(s, e) - covered_outside(s, e, rs, re_) if len(s) else 0
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -103,26 +103,25 @@ def detect(ctx: Context) -> Finding | None:
     wait_ns = covered_outside(rs, re_, os_, oe)
     total = float(ctx.total_step_ns)
     wait = wait_ns / total if total > 0 else 0.0
-    if wait < MIN_SHARE:
+    if wait < MIN_SHARE or runs_ns <= 0:
         return None
-    ops = ctx.in_steps(kinds=_SERVER_KINDS, columns=("host", "name", "kind", "start_ns",
-                                                     "end_ns"))
-    # The servers' own ops: their sends are the transfers, part of the wait but not their work.
-    srv = ops[ops["host"].isin(servers).to_numpy() & (ops["kind"] == "host_op").to_numpy()]
-    busy: dict[str, float] = {}
-    for h in servers:
-        mine = (srv["host"] == h).to_numpy()
-        busy[h] = _during(srv["start_ns"].to_numpy(np.int64)[mine],
-                           srv["end_ns"].to_numpy(np.int64)[mine], rs, re_) / max(runs_ns, 1)
-    densify_all = cat_mask(ops["name"], _DENSIFY.search)
-    rows = cat_mask(srv["name"], _ROW_OPS.search)
-    row_ns = _during(srv["start_ns"].to_numpy(np.int64)[rows],
-                      srv["end_ns"].to_numpy(np.int64)[rows], rs, re_)
+    srv = ctx.in_steps(kinds=("host_op",), columns=("host", "name", "start_ns", "end_ns",
+                                                    "dur_ns"))
+    srv = srv[srv["host"].isin(servers).to_numpy()]
+    ss, se = srv["start_ns"].to_numpy(np.int64), srv["end_ns"].to_numpy(np.int64)
+    host = srv["host"].astype(str).to_numpy()
+    busy_ns = {h: covered_during(ss[host == h], se[host == h], rs, re_) for h in servers}
+    busy = {h: ns / runs_ns for h, ns in busy_ns.items()}
+    rows = cat_mask(srv["name"], ROW_OPS.search)
+    row_ns = covered_during(ss[rows], se[rows], rs, re_)
+    all_ns = covered_during(ss, se, rs, re_)
+    table_ns = all_ns - row_ns  # while only whole-variable ops run
+    densify_srv = int(cat_mask(srv["name"], DENSIFY.search).sum())
+    own_densify = cat_mask(own["name"], DENSIFY.search)
     tasks = ctx.host_tasks
     label = {h: f"ps:{tasks[h][1]} ({h})" for h in servers}
     hi = max(busy, key=busy.__getitem__)
     lo = min(busy.values())
-    mean_busy = float(np.mean(list(busy.values())))
     evidence = [
         f"inside each step's function call the worker ({worker}) sits idle "
         f"{wait_ns / ctx.n_steps / 1e6:.2f} ms per step, {wait:.0%} of step time, waiting for "
@@ -132,36 +131,28 @@ def detect(ctx: Context) -> Finding | None:
             f"{label[h]} {busy[h]:.0%}" for h in sorted(busy, key=busy.__getitem__,
                                                         reverse=True)),
     ]
-    densify_on_worker = densify_all & (ops["host"] == worker).to_numpy()
-    # The worker's dense work on the gradients: the densifying ops, and the ops whose outputs
-    # it sends to the servers (`lr * g` on a table-sized g); a sparse step keeps neither.
-    producers = _sent_to_servers(ctx, worker)
-    mine = own[cat_mask(own["name"], lambda n: _DENSIFY.search(n)
-                        or n.split(":")[0] in producers)]
-    densify_share = covered_ns(mine["start_ns"].to_numpy(np.int64),
-                               mine["end_ns"].to_numpy(np.int64)) / total
-    if densify_all.any():
+    densify_share = 0.0
+    if (densify_srv or own_densify.any()) and all_ns > 0 and table_ns >= TABLE_WORK * all_ns:
         cause = "dense_updates"
-        stays = min(SPARSE_ROUND_TRIPS * row_ns / max(runs_ns, 1), 1.0) * wait
+        densify_share = covered_outside(os_[own_densify], oe[own_densify], os_[~own_densify],
+                                        oe[~own_densify]) / total
+        stays = min(SPARSE_ROUND_TRIPS * row_ns / total, wait)
         saved = wait - stays + densify_share
-        n_dense = int(densify_all.sum())
         evidence.append(
-            f"the tables' gradients are densified ({n_dense} UnsortedSegmentSum in the "
-            f"window: {int(densify_on_worker.sum())} on the worker, "
-            f"{n_dense - int(densify_on_worker.sum())} on the servers), so every step sends "
-            "and updates every row; the servers' row lookups take "
-            f"{row_ns / max(runs_ns, 1):.0%} of the worker's calls, and a sparse step's wait "
-            f"is taken as {SPARSE_ROUND_TRIPS:g} of them")
-        if densify_share >= 0.01:
-            evidence.append(
-                f"the worker's own work on the dense gradients (its UnsortedSegmentSum and the "
-                f"ops whose outputs it sends to the servers) covers {densify_share:.1%} of the "
-                "step, and goes too")
-    elif len(servers) > 1 and busy[hi] >= UNBALANCED * max(lo, 1e-9):
+            f"the tables' gradients are densified ({int(own_densify.sum())} UnsortedSegmentSum "
+            f"on the worker and {densify_srv} on the servers in the window), so every step "
+            f"sends and updates every row: whole-variable work is {table_ns / all_ns:.0%} of "
+            f"the servers' busy time; their row ops take {row_ns / total:.1%} of the step, and "
+            f"a sparse step's wait is taken as {SPARSE_ROUND_TRIPS:g} times that")
+    elif (len(servers) > 1 and busy[hi] >= UNBALANCED * lo
+          and busy_ns[hi] >= IDLE_SERVERS * wait_ns):
         cause = "unbalanced"
-        saved = wait * (busy[hi] - mean_busy) / max(busy[hi], 1e-9)
-        evidence.append(f"{label[hi]} is busy {busy[hi] / max(lo, 1e-9):.1f}x as long as the "
-                        "least busy server: it serves more of the steps' lookups and updates")
+        excess = (busy_ns[hi] - float(np.mean(list(busy_ns.values())))) / total
+        saved = min(excess, wait)
+        than = (f"{busy[hi] / lo:.1f}x as long as the least busy server" if lo > 0
+                else "while another runs none")
+        evidence.append(f"{label[hi]} runs ops {than}: it serves more of the steps' lookups "
+                        "and updates")
         if ctx.one_machine and not ctx.has_accelerator:
             # Measured: partitioning the hot table over 2 servers on one 2-core machine made
             # the step 1.28x slower (docs/trace-signals.md, "Parameter servers").
@@ -170,12 +161,11 @@ def detect(ctx: Context) -> Finding | None:
                 f"all {ctx.n_hosts} processes run on one machine ({ctx.one_machine}): "
                 "balancing the servers moves work between processes that share its cores, so "
                 "no saving is estimated; on separate machines the busiest server's excess over "
-                f"the mean, {wait * (busy[hi] - mean_busy) / max(busy[hi], 1e-9):.0%} of the "
-                "step, is what balancing wins")
+                f"the mean, {min(excess, wait):.0%} of the step, is what balancing wins")
     else:
         # Round trips of a sparse step, or servers short of cores: what a fix wins depends on
         # the cluster (more servers, a faster network), which one trace does not show.
-        fill = busy[hi] * runs_ns / max(wait_ns, 1)  # the busiest server's ops, per ns waited
+        fill = busy_ns[hi] / max(wait_ns, 1)
         cause = "transfer" if fill < IDLE_SERVERS else "servers_busy"
         saved = 0.0
         evidence.append(
@@ -194,22 +184,8 @@ def detect(ctx: Context) -> Finding | None:
         remedy=_REMEDY[cause].format(servers=len(servers)),
         numbers={"cause": cause, "wait_fraction": round(wait, 4),
                  "wait_ms_per_step": round(wait_ns / ctx.n_steps / 1e6, 3),
-                 "server_busy": {label[h]: round(b, 4) for h, b in busy.items()},
-                 "row_lookup_fraction": round(row_ns / max(runs_ns, 1), 4),
+                 "server_busy_in_calls": {label[h]: round(b, 4) for h, b in busy.items()},
+                 "row_ops_in_calls": round(row_ns / runs_ns, 4),
                  "worker_densify_fraction": round(densify_share, 4)},
-        top_events=heaviest_events(_with_dur(srv)),
+        top_events=heaviest_events(srv),
     )
-
-
-def _sent_to_servers(ctx: Context, worker: str) -> set[str]:
-    """The ops whose outputs the worker's sends carry to a server: the `from` of each send
-    whose rendezvous key ends on a "ps" device (docs/trace-signals.md, "Parameter servers")."""
-    if "sent_from" not in ctx.events or "rendezvous" not in ctx.events:
-        return set()
-    sends = ctx.in_steps(kinds=("d2d",), host=worker, columns=("sent_from", "rendezvous"))
-    to_server = cat_mask(sends["rendezvous"], lambda k: f";/job:{PS_JOB}/" in k)
-    return {str(n) for n in sends["sent_from"][to_server].dropna().unique()}
-
-
-def _with_dur(df: pd.DataFrame) -> pd.DataFrame:
-    return df.assign(dur_ns=df["end_ns"] - df["start_ns"])

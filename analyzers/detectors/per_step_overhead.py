@@ -21,7 +21,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.executions import PREFIX, executions, graph_builds
-from analyzers.steps import covered_ns, covered_outside, covered_per_step
+from analyzers.steps import covered_during, covered_ns, covered_per_step
 
 ID = "per_step_overhead"
 MIN_OVERHEAD = 0.10
@@ -85,9 +85,14 @@ def detect(ctx: Context) -> Finding | None:
     per_call = batches_per_call(ctx)
     suggest = per_call * STEPS_PER_CALL
     step_ms = ctx.steps.median_step_ns() / 1e6
+    together = _workers_together(ctx, set(fn["op"]), rs, re_)
+    # A parameter-server worker's calls come from the coordinator over RPC: the time between
+    # them is the coordinator's (docs/trace-signals.md, "Parameter servers").
+    around = ("the Python loop, callbacks and function dispatch around each call take"
+              if not ctx.ps_hosts else
+              "waiting for the coordinator to send the next call (its Python loop, RPC) takes")
     evidence = [
-        f"the compiled step runs {run_share:.0%} of step time; the Python loop, callbacks "
-        f"and function dispatch around each call take {overhead:.0%} "
+        f"the compiled step runs {run_share:.0%} of step time; {around} {overhead:.0%} "
         f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step; "
         "input waits, conversions and copies left out: other findings cover them)",
         f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
@@ -98,19 +103,14 @@ def detect(ctx: Context) -> Finding | None:
               "each call does more work (seed 000).")
     numbers = {"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
                "batches_per_call": per_call, "suggested_steps_per_call": suggest}
-    together = _workers_together(ctx, set(fn["op"]), rs, re_)
     if together is not None:
-        # A parameter-server worker's calls come from the coordinator over RPC: the time
-        # between them is the coordinator's (docs/trace-signals.md, "Parameter servers").
         numbers["workers_running_together"] = round(together, 4)
-        evidence[0] = evidence[0].replace(
-            "the Python loop, callbacks and function dispatch around each call take",
-            "waiting for the coordinator to send the next call (its Python loop, RPC) takes")
         if together < TAKING_TURNS:
             evidence.append(
                 f"the other workers run their step function during only {together:.0%} of this "
                 "worker's: the workers take turns, so the coordinator waits for each step's "
                 "result before it schedules the next")
+    if ctx.ps_hosts:
         remedy = (
             "Keep every worker busy: schedule steps ahead and fetch results rarely "
             "(ClusterCoordinator.schedule returns at once; a RemoteValue.fetch() or "
@@ -131,15 +131,18 @@ def detect(ctx: Context) -> Finding | None:
 def _workers_together(ctx: Context, functions: set[str], rs: np.ndarray, re_: np.ndarray
                       ) -> float | None:
     """On a parameter-server job, the share of this worker's step runs during which another
-    worker runs the same step function; None on other jobs."""
-    if not ctx.ps_hosts:
+    worker (a host of the same job: not a chief or evaluator) runs the same step function;
+    None on other jobs."""
+    tasks = ctx.host_tasks
+    if not ctx.ps_hosts or ctx.step_host not in tasks:
         return None
-    others = [h for h in ctx.host_tasks if h not in ctx.ps_hosts and h != ctx.step_host]
+    job = tasks[ctx.step_host][0]
+    others = [h for h, (j, _) in tasks.items() if j == job and h != ctx.step_host]
+    runs_ns = covered_ns(rs, re_)
+    if not others or runs_ns <= 0:
+        return None
     calls = {PREFIX + f for f in functions}
     ev = ctx.in_steps(name=calls.__contains__, columns=("host", "start_ns", "end_ns"))
     ev = ev[ev["host"].isin(others).to_numpy()]
-    runs_ns = covered_ns(rs, re_)
-    if ev.empty or runs_ns <= 0:
-        return None if not others else 0.0
     s, e = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
-    return (runs_ns - covered_outside(rs, re_, s, e)) / runs_ns
+    return covered_during(rs, re_, s, e) / runs_ns

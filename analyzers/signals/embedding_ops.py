@@ -26,6 +26,14 @@ from analyzers.events import is_device_plane, op_type_of
 if TYPE_CHECKING:
     from analyzers.context import Context
 
+# The op TF turns an IndexedSlices gradient into a table-sized tensor with (tf.convert_to_tensor,
+# Keras 3's Adam and Adagrad on a table).
+DENSIFY = re.compile(r":UnsortedSegmentSum$")
+# A table touched by rows: lookups, scatters, sparse optimizer updates; what a row-sparse step
+# keeps of its tables' work.
+ROW_OPS = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|GatherV2|"
+                     r"Unique\w*)$")
+
 ANCHORS: dict[str, re.Pattern[str]] = {
     # Ops that run where the table is: the lookup, the writes into it, sparse optimizer updates
     # (`ResourceSparseApplyAdagradV2`, ...; `SparseApply*`, `Scatter*` on TF1 ref variables).

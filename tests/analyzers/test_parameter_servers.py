@@ -28,19 +28,26 @@ def _key(src: str, dst: str, edge: str) -> Ref:
 
 def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
          compute_ms: float = 30, wait_ms: float = 60, server_ms=None, dense: bool = False,
-         turns: bool = False, scope: str = "", steps: int = 8, machines: bool = False) -> None:
+         turns: bool = False, scope: str = "", steps: int = 8, machines: bool = False,
+         ragged: bool = False, gpu: bool = False, evaluator: bool = False) -> None:
     """Each worker's step is a function call of `call_ms` in every 100 ms: `compute_ms` of its
-    own ops, a send of its gradients to every server, then `wait_ms` with nothing of its own
-    running while the servers update. Server s runs ops `server_ms[s]` ms of that wait (all of
-    it by default): whole-table `AssignSubVariableOp`s when `dense` (after the worker's
-    `UnsortedSegmentSum` and 5 ms `mul_2` whose output it sends; with a `scope`, an
-    optimizer's, densifying on the server), else row scatters; each also looks rows up (1 ms) and
-    sends them at the start of the call. `turns`: the workers' calls alternate instead of
-    running together (the coordinator fetches each step's result). The files are named as the
-    profiler client names them, `localhost_<port>`, or, with `machines`, one machine each."""
+    own ops, a send of its gradients to every server, then nothing of its own running until the
+    call ends while the servers update. Server s runs ops `server_ms[s]` ms of the step
+    (`wait_ms` by default): whole-table `AssignSubVariableOp`s when `dense`, else row scatters;
+    each also looks rows up (1 ms) and sends them at the start of the call.
+    `dense` without a `scope`: the worker densifies by hand after its compute, a 2 ms
+    `UnsortedSegmentSum` then a 5 ms `mul_2` (`lr * g`) whose output it sends, 6 ms a send;
+    with a `scope` (an optimizer's), the servers densify. `ragged`: a 0.1 ms
+    `UnsortedSegmentSum` of the worker's own model (a ragged sum) in every step. `turns`: the
+    workers' calls alternate instead of running together (the coordinator fetches each step's
+    result). `gpu`: each worker has a GPU plane with a kernel per step (no `tf_op` stat).
+    `evaluator`: a third job's host that reads the variables and runs no step function. The
+    files are named as the profiler client names them, `localhost_<port>`, or, with
+    `machines`, one machine each."""
     server_ms = [wait_ms] * servers if server_ms is None else server_ms
-    space = {name: XSpaceBuilder() for name in
-             [f"w{i}" for i in range(workers)] + [f"ps{s}" for s in range(servers)]}
+    names = [f"w{i}" for i in range(workers)] + [f"ps{s}" for s in range(servers)]
+    space = {name: XSpaceBuilder() for name in names + (["eval"] if evaluator else [])}
+    by_hand = dense and not scope
     for i in range(workers):
         me = _device("worker", i)
         host = space[f"w{i}"].plane("/host:CPU")
@@ -55,19 +62,25 @@ def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
             rpc.event("EagerKernelExecute", c0 + 5_000, call - 10_000)
             own = int((compute_ms / 2 if turns else compute_ms) * MS)
             ex.event("matmul:_MklMatMul", c0 + MS, own - MS)
-            if dense and not scope:  # densified by hand: then `lr * g` on the whole table
+            if ragged:
+                ex.event("RaggedReduceSum/UnsortedSegmentSum:UnsortedSegmentSum",
+                         c0 + own - MS // 2, 100_000)
+            if gpu:
+                space[f"w{i}"].plane("/device:GPU:0").line("Stream #7(Kernel)", line_id=7).event(
+                    "volta_sgemm_128x64_nn", c0 + MS, own - MS, correlation_id=k + 1)
+            sent = own
+            if by_hand:
                 grad = host.line("tf_Compute/102", line_id=102)
-                grad.event("UnsortedSegmentSum_2:UnsortedSegmentSum", c0 + own - MS // 2,
-                           MS // 4)
-                grad.event("mul_2:Mul", c0 + own - 11 * MS // 2, 5 * MS)
+                grad.event("UnsortedSegmentSum_2:UnsortedSegmentSum", c0 + own, 2 * MS)
+                grad.event("mul_2:Mul", c0 + own + 2 * MS, 5 * MS)
+                sent += 7 * MS
             if not servers:  # workers of a multi-worker job exchange with each other
-                ex.event("mul_2/_55:_Send", c0 + own, 50_000,
+                ex.event("mul_2/_55:_Send", c0 + sent, 50_000,
                          key=_key(me, _device("worker", (i + 1) % workers), "edge_246_mul_2"))
             send = 6 * MS if dense else 50_000  # a dense gradient is table-sized
             for s in range(servers):
-                ex.event("mul_2/_55:_Send", c0 + own, send,
-                         key=_key(me, _device("ps", s), f"edge_246_mul_2_{s}"),
-                         **{"from": "mul_2", "to": "AssignSubVariableOp_2"})
+                ex.event("mul_2/_55:_Send", c0 + sent, send,
+                         key=_key(me, _device("ps", s), f"edge_246_mul_2_{s}"))
             for s in range(servers):
                 ps = space[f"ps{s}"].plane("/host:CPU").line("tf_Compute/200", line_id=200)
                 ps.event("embedding_lookup:ResourceGather", c0 + 10_000, MS)
@@ -76,12 +89,18 @@ def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
                 busy = int((server_ms[s] / 2 if turns else server_ms[s]) * MS)
                 update = (f"{scope}AssignSubVariableOp_2:AssignSubVariableOp" if dense
                           else f"{scope}ResourceScatterSub:ResourceScatterSub")
-                ps.event(update, c0 + own + send + 100_000, busy - send - 200_000)
+                ps.event(update, c0 + sent + send + 100_000, busy - send - 200_000)
                 if dense and scope:
                     ps.event(f"{scope}UnsortedSegmentSum_2:UnsortedSegmentSum",
                              c0 + own + busy - 100_000, 50_000)
-    for k, (name, b) in enumerate(space.items()):
-        b.write(tmp_path, host=f"{name}.cluster_2222" if machines else f"localhost_{4000 + k}")
+    if evaluator:
+        line = space["eval"].plane("/host:CPU").line("tf_Compute/300", line_id=300)
+        for k in range(steps):
+            line.event("eval_read/_1:_Send", k * STEP * MS + MS, 50_000, key=_key(
+                _device("evaluator", 0), _device("ps", 0), "edge_1_eval_read"))
+    for k, name in enumerate(space):
+        space[name].write(tmp_path, host=f"{name}.cluster_2222" if machines
+                          else f"localhost_{4000 + k}")
 
 
 def _report(tmp_path):
@@ -100,22 +119,23 @@ def test_roles_come_from_the_rendezvous_keys(tmp_path):
 
 
 def test_dense_updates_on_the_server(tmp_path):
-    """The workers' compute is 30 ms of a 100 ms step; they wait 60 ms for the server's dense
-    updates: a sparse step keeps only three times the 1 ms lookups of the wait."""
+    """The worker computes 29 ms, densifies its gradient by hand (a 2 ms UnsortedSegmentSum, a
+    5 ms `lr * g`), sends it, and waits for the server's dense update until its 98 ms call ends.
+    A sparse step keeps three times the server's 1 ms of row lookups; the UnsortedSegmentSum
+    goes; the `lr * g` is not attributed (the trace does not say what consumes the dense
+    tensor)."""
     _job(tmp_path, dense=True)
     r, found = _report(tmp_path)
     f = found["parameter_server_wait"]
     assert f.numbers["cause"] == "dense_updates" and f.severity == "high"
     wait = f.numbers["wait_fraction"]
-    assert wait == pytest.approx(0.69, abs=0.005)  # the 98 ms call less its 29 ms of matmul
-    rows = f.numbers["row_lookup_fraction"]
-    assert rows == pytest.approx(1 / 98, abs=0.002)
-    # The worker's own dense work: the 5 ms `mul_2` whose output it sends, holding the USS.
-    assert f.numbers["worker_densify_fraction"] == pytest.approx(0.0525, abs=0.001)
-    saved = wait - 3 * rows * wait + 0.0525
-    assert f.speedup == pytest.approx(1 / (1 - saved), rel=0.01)
+    assert wait == pytest.approx(0.62, abs=0.005)  # the 98 ms call less 36 ms of its own ops
+    assert f.numbers["row_ops_in_calls"] == pytest.approx(1 / 98, abs=0.002)
+    assert f.numbers["worker_densify_fraction"] == pytest.approx(0.02, abs=0.001)
+    assert f.speedup == pytest.approx(1 / (1 - (wait - 3 * 0.01 + 0.02)), rel=0.01)
     assert f.top_events[0]["name"] == "AssignSubVariableOp_2:AssignSubVariableOp"
     assert "ps:0 (localhost_4002)" in f.evidence[1]
+    assert "8 UnsortedSegmentSum on the worker and 0 on the servers" in f.evidence[2]
     assert "scatter_sub" in f.remedy
     assert "collective_overhead" not in found  # the sends are the servers' exchange
 
@@ -124,6 +144,17 @@ def test_an_optimizer_on_the_servers_is_counted_once(tmp_path):
     """A Keras 3 Adam on a table under ParameterServerStrategy runs on the server: its dense
     ops are the wait the worker pays, not a second saving of `dense_embedding_update`."""
     _job(tmp_path, dense=True, scope="adam/")
+    _, found = _report(tmp_path)
+    f = found["parameter_server_wait"]
+    assert f.numbers["cause"] == "dense_updates" and f.numbers["worker_densify_fraction"] == 0
+    assert "0 UnsortedSegmentSum on the worker and 16 on the servers" in f.evidence[2]
+    assert "dense_embedding_update" not in found
+
+
+def test_gpu_workers(tmp_path):
+    """Workers with a GPU plane whose kernels carry no tf_op stat: the kernels are the
+    worker's own work, and the report is built (dense_embedding_update reads no kernels)."""
+    _job(tmp_path, dense=True, scope="adam/", gpu=True)
     _, found = _report(tmp_path)
     assert found["parameter_server_wait"].numbers["cause"] == "dense_updates"
     assert "dense_embedding_update" not in found
@@ -136,8 +167,17 @@ def test_sparse_round_trips_estimate_nothing(tmp_path):
     r, found = _report(tmp_path)
     f = found["parameter_server_wait"]
     assert f.numbers["cause"] == "transfer" and f.severity == "low" and f.speedup == 1.0
-    assert f.numbers["server_busy"]["ps:0 (localhost_4002)"] == pytest.approx(5 / 98, abs=0.01)
+    busy = f.numbers["server_busy_in_calls"]["ps:0 (localhost_4002)"]
+    assert busy == pytest.approx(5 / 98, abs=0.01)
     assert not [x.id for x in r.findings if x.severity in ("high", "medium")]
+
+
+def test_a_sum_in_the_model_is_no_dense_update(tmp_path):
+    """A 0.1 ms UnsortedSegmentSum of the worker's own model (a ragged sum) beside a sparse
+    job's scatters: the servers do row work, so no dense-update saving."""
+    _job(tmp_path, compute_ms=80, wait_ms=15, server_ms=[4], ragged=True)
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "transfer" and f.speedup == 1.0
 
 
 def test_busy_servers_estimate_nothing(tmp_path):
@@ -147,18 +187,27 @@ def test_busy_servers_estimate_nothing(tmp_path):
 
 
 def test_one_server_busier_than_the_other(tmp_path):
-    """Two servers on machines of their own: one updates 60 ms of each step, the other 10 ms.
-    Balanced, each would be busy their mean (35 ms): the busiest one's excess, 25 of its 60 ms,
-    goes from the wait."""
+    """Two servers on machines of their own: one runs ops 61 ms of each step, the other 11 ms.
+    Balanced, each would be busy their mean (36 ms): the busiest one's excess, 25 ms of the
+    100 ms step, is saved."""
     _job(tmp_path, servers=2, server_ms=[60, 10], machines=True)
     f = _report(tmp_path)[1]["parameter_server_wait"]
     assert f.numbers["cause"] == "unbalanced"
-    busy = f.numbers["server_busy"]
+    busy = f.numbers["server_busy_in_calls"]
     hi, lo = busy["ps:0 (ps0.cluster_2222)"], busy["ps:1 (ps1.cluster_2222)"]
     assert hi > 2 * lo
-    wait = f.numbers["wait_fraction"]
-    assert f.speedup == pytest.approx(1 / (1 - wait * (hi - (hi + lo) / 2) / hi), rel=0.01)
-    assert f.severity == "high" and "MinSizePartitioner" in f.remedy
+    excess = (hi - (hi + lo) / 2) * 0.98  # shares of the 98 ms calls, as a share of the step
+    assert excess == pytest.approx(0.25, abs=0.01)
+    assert f.speedup == pytest.approx(1 / (1 - excess), rel=0.01)
+    assert f.severity == "high" and "max_shards=2" in f.remedy
+
+
+def test_nearly_idle_servers_are_not_unbalanced(tmp_path):
+    """One server busy 3 ms, the other 1 ms, in a 62 ms wait: the wait is not theirs, so no
+    partitioner is suggested and no saving estimated."""
+    _job(tmp_path, servers=2, server_ms=[3, 1], machines=True)
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "transfer" and f.speedup == 1.0
 
 
 def test_unbalanced_servers_sharing_one_machine(tmp_path):
@@ -205,6 +254,17 @@ def test_workers_taking_turns(tmp_path):
     assert any("take turns" in e for e in f.evidence)
     assert "waiting for the coordinator" in f.evidence[0]
     assert "RemoteValue.fetch()" in f.remedy
+
+
+def test_an_evaluator_is_no_worker_taking_turns(tmp_path):
+    """One worker and an evaluator reading the variables (no step function of its own): there
+    is no other worker to run together with, so nothing about turns; the remedy is still the
+    coordinator's."""
+    _job(tmp_path, workers=1, call_ms=70, wait_ms=10, evaluator=True)
+    f = _report(tmp_path)[1]["per_step_overhead"]
+    assert "workers_running_together" not in f.numbers
+    assert not any("take turns" in e for e in f.evidence)
+    assert "ClusterCoordinator.schedule" in f.remedy
 
 
 def test_workers_running_together(tmp_path):

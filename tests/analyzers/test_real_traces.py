@@ -180,7 +180,7 @@ def test_parameter_server_jobs(foreign):
         g.id for g in sparse.values() if g.severity != "low"}
     hot = analyze(foreign("ps_hot"))
     f = {f.id: f for f in hot.findings}["parameter_server_wait"]
-    busy = sorted(f.numbers["server_busy"].values())
+    busy = sorted(f.numbers["server_busy_in_calls"].values())
     assert hot.ctx.host_roles == {"ps": 2, "worker": 2}
     # The server holding the multi-hot table works 5-6x as long as the other; both share the
     # machine's 2 cores with the workers, where balancing them measured 1.28x slower: no saving.
