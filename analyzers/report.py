@@ -69,6 +69,17 @@ class Report:
         return [f"the profiled steps took {ratio:.2f}x the untraced median ({traced:.1f} vs "
                 f"{untraced:.1f} ms): {why}"]
 
+    def role_warnings(self) -> list[str]:
+        """A parameter-server job without steps: say what the trace is and what is missing,
+        rather than only "no steps found" (docs/trace-signals.md, "Parameter servers")."""
+        if self.ctx.steps.found or not self.ctx.ps_hosts:
+            return []
+        roles = ", ".join(f"{n} {job}" for job, n in self.ctx.host_roles.items())
+        return [f"a parameter-server job ({roles}) whose workers run no step function: TF1 "
+                "workers' Session.run calls through a server (RunGraph ... RunGraphDone) are "
+                "not segmented into steps yet, and a coordinator's or server's trace alone "
+                "holds no steps; profile the workers of a TF2 ParameterServerStrategy job"]
+
     def window_warnings(self) -> list[str]:
         n = self.ctx.n_steps
         if not self.ctx.steps.found or n > FEW_STEPS:
@@ -112,7 +123,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "warnings": [*self.run.warnings, *self.profiler_warnings(),
-                         *self.window_warnings()],
+                         *self.window_warnings(), *self.role_warnings()],
         }
 
 

@@ -273,3 +273,22 @@ def test_workers_running_together(tmp_path):
     assert f.numbers["workers_running_together"] == pytest.approx(1.0, abs=0.01)
     assert not any("take turns" in e for e in f.evidence)
     assert "ClusterCoordinator.schedule" in f.remedy
+
+
+def test_a_job_without_step_functions_says_what_it_is(tmp_path):
+    """Workers and a server whose traces hold ops and sends but no function call (TF1 workers
+    running Session.run through a server): no steps, and a warning that names the job."""
+    for port, job in ((5000, "worker"), (5001, "ps")):
+        b = XSpaceBuilder()
+        line = b.plane("/host:CPU").line("tf_Compute/5", line_id=5)
+        peer = "ps" if job == "worker" else "worker"
+        for k in range(5):
+            line.event("matmul:_MklMatMul", k * STEP * MS, 20 * MS)
+            line.event("x/_1:_Send", k * STEP * MS + 21 * MS, MS,
+                       key=_key(_device(job, 0), _device(peer, 0), "edge_1_x"))
+        b.write(tmp_path, host=f"localhost_{port}")
+    r = analyze(tmp_path)
+    d = r.to_dict()
+    assert not d["steps"]["found"] and d["hardware"]["host_roles"] == {"ps": 1, "worker": 1}
+    assert any("parameter-server job (1 ps, 1 worker)" in w for w in d["warnings"])
+    assert "warning: a parameter-server job" in render_text(r)
