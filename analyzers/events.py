@@ -52,6 +52,10 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
 TEXT_STATS = {"memcpy_details", "tf_op", "filename", "rendezvous"}
 # DirectSession's event for one Session.run call, on the calling thread.
 SESSION_RUN = "SessionRun"
+# A worker's Session.run through a server (GrpcSession): its partition's dispatch on the calling
+# thread, ended by a `RunGraphDone` (docs/trace-signals.md, "Parameter servers").
+RUN_GRAPH = "RunGraph"
+RUN_GRAPH_DONE = "RunGraphDone"
 # One traced Session.run of a TF1 RunMetadata timeline (tf.compat.v1 `timeline.Timeline`, what
 # Estimator's ProfilerHook writes as timeline-<step>.json): the reader adds it over each file's
 # ops, since the file holds that one run and nothing marks it (docs/trace-signals.md,
@@ -124,7 +128,7 @@ _FRAMEWORK = re.compile(
     r"EagerService:\w+|"
     r"TFE_Py_\w+|FunctionRun|ExecutorState::.*|ExecutorDoneCallback|ParallelFor|"
     r"ThunkExecutor::Execute|BlockUntilReady|CpuExecutable::\w+|TraceContext|SessionRun|"
-    r"RunGraph|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"
+    r"RunGraph(Done)?|ThreadpoolListener::Record|TFE_DeleteTensorHandle|ValidateInputTypeAndPlacement|"
     r"InstantiatedCapturedFunction::\w+|tf\.function-graph_building|MemoryAllocation|"
     r"MemoryDeallocation|ExecutorPropagateOutputs|RemoteCallOp(Done)?|RemoteCall: Instantiate: .*)$"
 )

@@ -33,6 +33,7 @@ from analyzers.events import (
     LOADER_FETCH,
     NEW_ITERATOR,
     OP_KINDS,
+    RUN_GRAPH,
     SESSION_RUN,
     STEPS_LINE,
     TIMELINE_RUN,
@@ -45,6 +46,7 @@ from analyzers.events import (
     find_sorted,
     in_sorted,
     is_device_plane,
+    line_class,
     on_thread,
     present_stat,
     thread_mask,
@@ -225,6 +227,9 @@ def find_step_windows(events: pd.DataFrame
     session = _session_steps(events, host)
     if session is not None:
         return session
+    graph_runs = _run_graph_steps(events, host)
+    if graph_runs is not None:
+        return graph_runs
     fetches = events[host & cat_mask(events["name"], _batch_fetch)]
     if len(fetches) >= 3:
         line, thread = _main_thread(fetches)
@@ -323,6 +328,29 @@ def _session_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
     w = pd.DataFrame({"step": np.arange(len(r)), "start_ns": r["start_ns"].to_numpy(),
                       "end_ns": r["end_ns"].to_numpy()})
     return _chain(w), f"session:{SESSION_RUN}", (str(line), thread)
+
+
+def _run_graph_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
+        pd.DataFrame, str, tuple[str | None, Thread | None]] | None:
+    """Steps from a TF1 worker's Session.run calls through a server (`Session(server.target)`,
+    between-graph replication): no `SessionRun`, but a short `RunGraph` on the calling thread
+    per run, its partition ending in a `RunGraphDone` (docs/trace-signals.md, "Parameter
+    servers"). A server's `RunGraph`s serve other processes' runs on TF's thread pools: only a
+    caller's threads count. One process's runs come from more than one Python thread id (a
+    one-thread loop's 245 runs sat on two), so all of the host's count. Steps run from one
+    `RunGraph` to the next."""
+    calls = events[host & cat_mask(events["name"], RUN_GRAPH.__eq__)
+                   & cat_mask(events["line"], lambda line: line_class(line) == "other")]
+    if len(calls) < 3:
+        return None
+    line, thread = _main_thread(calls)
+    starts = np.sort(calls.loc[(calls["host"] == thread[0]).to_numpy(), "start_ns"]
+                     .to_numpy(np.int64))
+    if len(starts) < 3:
+        return None
+    w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
+                      "end_ns": starts[1:]})
+    return _chain(w), f"session:{RUN_GRAPH}", (line, thread)
 
 
 def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,

@@ -1,20 +1,23 @@
 """`parameter_server_wait`: the workers of a parameter-server job wait for the servers in each step.
 
-Signal (docs/trace-signals.md, "Parameter servers"): under TF2's ParameterServerStrategy the
-variables live on the "ps" tasks, and each step function a worker runs is partitioned: the
-lookups, reads and updates of those variables run on the servers, the rest on the worker, joined
-by `_Send`/`_Recv` pairs over RPC. The worker's call ends only when the servers' part has run, so
-inside the call, the time none of the worker's own ops covers is its wait for the servers: their
-ops and the transfers both ways (and the executor's own gaps between ops, which a one-process
-step has too). The hosts' roles come from the sends' rendezvous keys (`Context.host_tasks`).
-Steps must be the worker's function calls: a TF1 `Session.run` worker is not read yet.
+Signal (docs/trace-signals.md, "Parameter servers"): under TF2's ParameterServerStrategy, or a
+TF1 job with `replica_device_setter`, the variables live on the "ps" tasks, and each step a
+worker runs is partitioned: the lookups, reads and updates of those variables run on the
+servers, the rest on the worker, joined by `_Send`/`_Recv` pairs over RPC. The worker's call (a
+TF2 function run; a TF1 Session.run through a server, `RunGraph` to `RunGraph`) ends only when
+the servers' part has run, so inside it, the time none of the worker's own ops covers is its wait
+for the servers: their ops and the transfers both ways (and the executor's own gaps between
+ops, which a one-process step has too). The hosts' roles come from the sends' rendezvous keys
+(`Context.host_tasks`).
 
 Causes, read from what the servers do during this worker's calls:
 - `dense_updates`: the servers spend most of their time on whole-variable work (anything but
-  row lookups, scatters and sparse updates), and a gradient was densified (`UnsortedSegmentSum`,
-  the op that turns an IndexedSlices into a tensor) on a server or on this worker: each step
-  updates every row of the tables and sends table-sized tensors (Keras 3's Adam on a table, a
-  gradient passed through tf.convert_to_tensor).
+  row lookups, scatters and sparse updates) beside the tables' row ops or a densified gradient
+  (`UnsortedSegmentSum`, the op that turns an IndexedSlices into a tensor; TF1's sparse Adam
+  also runs it, on the batch's rows, to sum duplicates): each step updates every row of a table
+  or of its optimizer slots. Keras 3's Adam on a table densifies the gradient and sends it whole;
+  TF1's and tf.keras 2's Adam scale their whole moment slots; a gradient passed through
+  tf.convert_to_tensor is dense.
 - `unbalanced`: with several servers, the busiest runs ops UNBALANCED times as long as the least
   busy and fills at least IDLE_SERVERS of the wait: whole tables placed on one server each,
   without a variable partitioner.
@@ -44,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.events import cat_mask
+from analyzers.events import RUN_GRAPH, cat_mask
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.embedding_ops import DENSIFY, ROW_OPS
 from analyzers.signals.executions import executions
@@ -62,13 +65,15 @@ IDLE_SERVERS = 0.5  # the busiest server's ops fill less of the wait: transfers
 TABLE_WORK = 0.5  # whole-variable work's share of the servers' busy time that says dense
 _REMEDY = {
     "dense_updates": (
-        "Keep the tables' gradients sparse all the way to the servers, so a step sends and "
-        "updates only the rows its batch touched: no tf.convert_to_tensor or dense arithmetic "
-        "on an embedding gradient (an IndexedSlices), and an optimizer that applies "
-        "IndexedSlices row by row (SGD, Adagrad and Adam of tf.keras 2 / tf.compat.v1 use "
-        "ResourceSparseApply ops; Keras 3's Adam densifies the table: update the tables with "
-        "table.scatter_sub(tf.IndexedSlices(lr * g.values, g.indices)) and keep Adam for the "
-        "dense layers)."),
+        "Update only the rows each step touches, so a step sends and writes the batch's rows, "
+        "not whole tables: keep the tables' gradients sparse (no tf.convert_to_tensor or dense "
+        "arithmetic on an embedding gradient, an IndexedSlices), and use an optimizer whose "
+        "sparse update touches only those rows: SGD, Adagrad, FTRL (ResourceSparseApply ops). "
+        "Adam, Keras 3's, tf.keras 2's and tf.compat.v1's alike, updates its whole moment "
+        "slots every step (Keras 3's also densifies the gradient): use a lazy Adam for the "
+        "tables (TensorFlow Addons' LazyAdam, TensorFlow Recommenders-Addons), or update them "
+        "with table.scatter_sub(tf.IndexedSlices(lr * g.values, g.indices)) and keep Adam for "
+        "the dense layers."),
     "unbalanced": (
         "Spread every large table over all parameter servers: "
         "ParameterServerStrategy(cluster_resolver, variable_partitioner="
@@ -92,11 +97,9 @@ def detect(ctx: Context) -> Finding | None:
     worker = ctx.step_host
     if not servers or worker is None or worker in servers or ctx.n_steps == 0:
         return None
-    ex = executions(ctx)
-    fn = ex[ex["function"]]
-    if fn.empty:
+    rs, re_ = _calls(ctx)
+    if not len(rs):
         return None
-    rs, re_ = fn["run_start_ns"].to_numpy(np.int64), fn["run_end_ns"].to_numpy(np.int64)
     runs_ns = covered_ns(rs, re_)
     own = ctx.in_steps(kinds=_OWN_KINDS, host=worker, columns=("name", "start_ns", "end_ns"))
     os_, oe = own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64)
@@ -123,7 +126,7 @@ def detect(ctx: Context) -> Finding | None:
     hi = max(busy, key=busy.__getitem__)
     lo = min(busy.values())
     evidence = [
-        f"inside each step's function call the worker ({worker}) sits idle "
+        f"inside each step's call the worker ({worker}) sits idle "
         f"{wait_ns / ctx.n_steps / 1e6:.2f} ms per step, {wait:.0%} of step time, waiting for "
         f"the {len(servers)} parameter server(s): the call ends only when their part of the "
         "step (variable reads, lookups, updates) and the transfers both ways are done",
@@ -132,18 +135,20 @@ def detect(ctx: Context) -> Finding | None:
                                                         reverse=True)),
     ]
     densify_share = 0.0
-    if (densify_srv or own_densify.any()) and all_ns > 0 and table_ns >= TABLE_WORK * all_ns:
+    if ((densify_srv or own_densify.any() or rows.any()) and all_ns > 0
+            and table_ns >= TABLE_WORK * all_ns):
         cause = "dense_updates"
         densify_share = covered_outside(os_[own_densify], oe[own_densify], os_[~own_densify],
                                         oe[~own_densify]) / total
         stays = min(SPARSE_ROUND_TRIPS * row_ns / total, wait)
         saved = wait - stays + densify_share
         evidence.append(
-            f"the tables' gradients are densified ({int(own_densify.sum())} UnsortedSegmentSum "
-            f"on the worker and {densify_srv} on the servers in the window), so every step "
-            f"sends and updates every row: whole-variable work is {table_ns / all_ns:.0%} of "
-            f"the servers' busy time; their row ops take {row_ns / total:.1%} of the step, and "
-            f"a sparse step's wait is taken as {SPARSE_ROUND_TRIPS:g} times that")
+            f"whole-variable work is {table_ns / all_ns:.0%} of the servers' busy time: every "
+            "step updates every row of the tables or of their optimizer slots "
+            f"({int(own_densify.sum())} UnsortedSegmentSum on the worker and {densify_srv} on "
+            "the servers in the window: gradients densified, or summed by row); the servers' "
+            f"row ops take {row_ns / total:.1%} of the step, and a sparse step's wait is taken "
+            f"as {SPARSE_ROUND_TRIPS:g} times that")
     elif (len(servers) > 1 and busy[hi] >= UNBALANCED * lo
           and busy_ns[hi] >= IDLE_SERVERS * wait_ns):
         cause = "unbalanced"
@@ -189,3 +194,15 @@ def detect(ctx: Context) -> Finding | None:
                  "worker_densify_fraction": round(densify_share, 4)},
         top_events=heaviest_events(srv),
     )
+
+
+def _calls(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """The worker's step calls, whose end waits for the servers: TF2's function runs; a TF1
+    worker's Session.run through a server, whose `RunGraph` steps run from one call to the next
+    (its own partition's `RunGraphDone` can come before the servers' part has run, and the
+    run returns only after it)."""
+    if ctx.steps.source == f"session:{RUN_GRAPH}":
+        return ctx.windows
+    ex = executions(ctx)
+    fn = ex[ex["function"]]
+    return fn["run_start_ns"].to_numpy(np.int64), fn["run_end_ns"].to_numpy(np.int64)

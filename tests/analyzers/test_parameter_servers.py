@@ -284,6 +284,8 @@ def test_a_job_without_step_functions_says_what_it_is(tmp_path):
         peer = "ps" if job == "worker" else "worker"
         for k in range(5):
             line.event("matmul:_MklMatMul", k * STEP * MS, 20 * MS)
+            if job == "ps":  # a server's RunGraph serves a worker's run: no step of its own
+                line.event("RunGraph", k * STEP * MS, 30_000, _r=1)
             line.event("x/_1:_Send", k * STEP * MS + 21 * MS, MS,
                        key=_key(_device(job, 0), _device(peer, 0), "edge_1_x"))
         b.write(tmp_path, host=f"localhost_{port}")
@@ -292,3 +294,60 @@ def test_a_job_without_step_functions_says_what_it_is(tmp_path):
     assert not d["steps"]["found"] and d["hardware"]["host_roles"] == {"ps": 1, "worker": 1}
     assert any("parameter-server job (1 ps, 1 worker)" in w for w in d["warnings"])
     assert "warning: a parameter-server job" in render_text(r)
+
+
+def _tf1_job(tmp_path, optimizer: str) -> None:
+    """A TF1 worker of between-graph replication: its Session.run through a server is a 40 us
+    `RunGraph` on its Python thread every 60 ms, its partition's ops (20 ms) ending in a
+    `RunGraphDone`; the server, on its pool threads, runs the run's `RunGraph`, looks rows up
+    and applies the update: `adam`, TF1's Adam scaling its whole moment slots (`Mul`,
+    `AssignVariableOp` under `Adam/update_t0/`, 30 ms) beside a 2 ms scatter of the rows;
+    `adagrad`, a 2 ms `ResourceSparseApplyAdagrad`."""
+    step = 60 * MS
+    worker, server = XSpaceBuilder(), XSpaceBuilder()
+    py = worker.plane("/host:CPU").line("python", line_id=1)
+    ex = worker.plane("/host:CPU").line("tf_Compute/11", line_id=11)
+    ps = server.plane("/host:CPU").line("tf_Compute/21", line_id=21)
+    me, srv = _device("worker", 0), _device("ps", 0)
+    for k in range(10):
+        t0 = k * step
+        py.event("RunGraph", t0, 40_000, _r=1)
+        ps.event("RunGraph", t0 + 100_000, 30_000, _r=1)
+        ps.event("embedding_lookup:ResourceGather", t0 + 200_000, MS)
+        ps.event("embedding_lookup/_3:_Send", t0 + 1_300_000, 50_000,
+                 key=_key(srv, me, "edge_7_embedding_lookup"))
+        ex.event("matmul:_MklMatMul", t0 + 2 * MS, 20 * MS)
+        ex.event("gradients/concat_grad/Slice_S40:_Send", t0 + 22 * MS, 100_000,
+                 key=_key(me, srv, "edge_9_Slice"))
+        ex.event("RunGraphDone", t0 + 22 * MS + 200_000, 20_000)
+        if optimizer == "adam":
+            ps.event("Adam/update_t0/ResourceScatterAdd:ResourceScatterAdd", t0 + 23 * MS, 2 * MS)
+            ps.event("Adam/update_t0/mul:Mul", t0 + 25 * MS, 15 * MS)
+            ps.event("Adam/update_t0/Assign:AssignVariableOp", t0 + 40 * MS, 15 * MS)
+        else:
+            ps.event("Adagrad/update_t0/ResourceSparseApplyAdagrad:ResourceSparseApplyAdagrad",
+                     t0 + 23 * MS, 2 * MS)
+    worker.write(tmp_path, host="localhost_6000")
+    server.write(tmp_path, host="localhost_6001")
+
+
+def test_tf1_workers_steps_are_their_session_runs(tmp_path):
+    """Steps run from one RunGraph on the worker's Python thread to the next (the server's
+    RunGraphs, on its pool threads, are not steps); TF1's Adam on the server updates whole
+    slots while the worker waits (55 of 60 ms outside its own 20 ms of ops)."""
+    _tf1_job(tmp_path, "adam")
+    r, found = _report(tmp_path)
+    assert r.ctx.steps.source == "session:RunGraph" and r.ctx.n_steps == 9
+    assert r.ctx.step_host == "localhost_6000"
+    f = found["parameter_server_wait"]
+    assert f.numbers["cause"] == "dense_updates" and f.severity == "high", f.evidence
+    assert f.numbers["wait_fraction"] == pytest.approx(40 / 60, abs=0.01)
+    assert "lazy Adam" in f.remedy
+
+
+def test_tf1_sparse_optimizer_estimates_nothing(tmp_path):
+    _tf1_job(tmp_path, "adagrad")
+    r, found = _report(tmp_path)
+    assert r.ctx.steps.source == "session:RunGraph"
+    f = found["parameter_server_wait"]
+    assert f.numbers["cause"] == "transfer" and f.speedup == 1.0
