@@ -75,10 +75,9 @@ class Report:
         if self.ctx.steps.found or not self.ctx.ps_hosts:
             return []
         roles = ", ".join(f"{n} {job}" for job, n in self.ctx.host_roles.items())
-        return [f"a parameter-server job ({roles}) whose workers run no step function: TF1 "
-                "workers' Session.run calls through a server (RunGraph ... RunGraphDone) are "
-                "not segmented into steps yet, and a coordinator's or server's trace alone "
-                "holds no steps; profile the workers of a TF2 ParameterServerStrategy job"]
+        return [f"a parameter-server job ({roles}) in which no worker runs a step: no step "
+                "function (TF2) and no Session.run through a server (TF1's RunGraph); a "
+                "coordinator's or a server's trace alone holds none: profile the workers"]
 
     def window_warnings(self) -> list[str]:
         n = self.ctx.n_steps

@@ -109,6 +109,11 @@ MODE:
   its server does most of the work. Profiled by the profiler client on the workers' and
   servers' profiler ports: a `localhost_<port>.xplane.pb` each. `ps_loop4`: `ps_sparse` with
   4 batches per scheduled function (the per-call remedy; its `untraced_step_ms` is per batch).
+- `ps_tf1_adam` / `ps_tf1_adagrad`: the same model in TF1 between-graph replication
+  (`tf.compat.v1` graph mode, `replica_device_setter` over one "ps" task), two worker processes
+  each running a `Session(server.target)` loop, with `tf.compat.v1.train.AdamOptimizer` (its
+  whole moment slots scaled every step) or `AdagradOptimizer` (rows only); traced by the
+  profiler client on the three processes. Prints worker 0's `untraced_step_ms`.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -509,10 +514,88 @@ def _ps_train(kind: str, strategy, coordinator, profiler_ports: list[int]) -> No
     tracer.join()
 
 
+def tf1_ps_job(kind: str) -> None:
+    p = free_ports(6)
+    cluster = {"worker": [f"localhost:{p[0]}", f"localhost:{p[1]}"], "ps": [f"localhost:{p[2]}"]}
+    flags = Path(tempfile.mkdtemp(prefix="tf1-ps-"))
+    tasks = [("ps", 0, p[5]), ("worker", 0, p[3]), ("worker", 1, p[4])]
+    procs = [subprocess.Popen([sys.executable, __file__, logdir, "_tf1_task", kind, job, str(i),
+                               json.dumps(cluster), str(port), str(flags)],
+                              stdout=subprocess.PIPE, text=True) for job, i, port in tasks]
+    try:
+        deadline = time.time() + 240
+        while not all((flags / f"ready{i}").exists() for i in range(2)):
+            if time.time() > deadline or any(q.poll() is not None for q in procs):
+                raise SystemExit("the TF1 workers did not start")
+            time.sleep(0.2)
+        with contextlib.suppress(RuntimeError):
+            tf.profiler.experimental.client.trace(
+                ",".join(f"grpc://localhost:{port}" for *_, port in tasks), logdir, 3000)
+        (flags / "stop").touch()
+        print(procs[1].communicate(timeout=60)[0], end="", flush=True)
+    finally:
+        for q in procs:
+            q.kill()
+        shutil.rmtree(flags, ignore_errors=True)
+
+
+def tf1_task(kind: str, job: str, index: int, cluster: dict, profiler_port: int,
+             flags: Path) -> None:
+    v1 = tf.compat.v1
+    v1.disable_eager_execution()
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index)
+    tf.profiler.experimental.server.start(profiler_port)
+    if job == "ps":
+        server.join()
+    with v1.device(v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}",
+                                                  cluster=cluster)):
+        tables = [v1.get_variable(f"table{i}", [PS_ROWS, PS_DIM],
+                                  initializer=v1.random_uniform_initializer(-0.05, 0.05))
+                  for i in range(PS_TABLES)]
+        w = [v1.get_variable("w0", [PS_TABLES * PS_DIM + 13, 256]),
+             v1.get_variable("w1", [256, 1])]
+    with v1.device(f"/job:worker/task:{index}"):
+        n = PS_BATCH * 16
+        data = (rng.integers(0, PS_ROWS, (n, PS_TABLES)), rng.random((n, 13), dtype=np.float32),
+                (rng.random((n, 1)) > 0.5).astype(np.float32))
+        ds = tf.data.Dataset.from_tensor_slices(data).batch(PS_BATCH).cache().repeat()
+        ids, x, y = v1.data.make_one_shot_iterator(ds.prefetch(2)).get_next()
+        rows = [tf.nn.embedding_lookup(t, ids[:, i]) for i, t in enumerate(tables)]
+        logits = tf.nn.relu(tf.concat([*rows, x], 1) @ w[0]) @ w[1]
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits))
+    opt = (v1.train.AdamOptimizer(1e-3) if kind == "ps_tf1_adam"
+           else v1.train.AdagradOptimizer(0.05))
+    train = opt.minimize(loss)
+    sess = v1.Session(server.target)
+    if index == 0:
+        sess.run(v1.global_variables_initializer())
+    else:  # the chief initializes the variables on the server
+        while len(sess.run(v1.report_uninitialized_variables())):
+            time.sleep(0.5)
+    for _ in range(10):
+        sess.run(train)
+    t, steps = time.perf_counter(), 0
+    while time.perf_counter() < t + 3:
+        sess.run(train)
+        steps += 1
+    print(f"untraced_step_ms={(time.perf_counter() - t) / steps * 1e3:.3f}", flush=True)
+    (flags / f"ready{index}").touch()
+    deadline = time.time() + 120
+    while not (flags / "stop").exists() and time.time() < deadline:
+        sess.run(train)
+    sys.stdout.flush()
+    os._exit(0)  # no teardown: the server's side of the session may already be gone
+
+
 if mode == "_ps_server":
     ps_server(sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6]))
 elif mode == "_ps_coordinator":
     ps_coordinator(sys.argv[3])
+elif mode == "_tf1_task":
+    tf1_task(sys.argv[3], sys.argv[4], int(sys.argv[5]), json.loads(sys.argv[6]),
+             int(sys.argv[7]), Path(sys.argv[8]))
+elif mode.startswith("ps_tf1_"):
+    tf1_ps_job(mode)
 elif mode.startswith("ps_"):
     ps_job(mode)
 elif mode == "_worker":

@@ -191,6 +191,24 @@ def test_parameter_server_jobs(foreign):
     assert turns.severity == "high" and "RemoteValue.fetch()" in turns.remedy
 
 
+def test_tf1_parameter_server_jobs(foreign):
+    """TF1 between-graph replication (foreign_jobs.py `ps_tf1_*`): steps are each worker's
+    Session.run calls through the server (`RunGraph`). TF1's Adam scales its whole moment slots
+    on the server every step, which the workers wait for 96% of each step (estimate 5.7x;
+    untraced, 144 ms a step against 25 ms with Adagrad, which updates rows only); with Adagrad
+    the wait is the round trips: no saving."""
+    adam = analyze(foreign("ps_tf1_adam"))
+    assert adam.ctx.steps.source == "session:RunGraph" and adam.ctx.n_steps >= 5
+    assert adam.ctx.host_roles == {"ps": 1, "worker": 2}
+    f = {f.id: f for f in adam.findings}["parameter_server_wait"]
+    assert f.numbers["cause"] == "dense_updates" and f.severity == "high", f.evidence
+    assert "lazy Adam" in f.remedy
+    adagrad = analyze(foreign("ps_tf1_adagrad"))
+    assert adagrad.ctx.steps.source == "session:RunGraph" and adagrad.ctx.n_steps > 20
+    f = {f.id: f for f in adagrad.findings}["parameter_server_wait"]
+    assert f.numbers["cause"] in ("transfer", "servers_busy") and f.speedup == 1.0, f.evidence
+
+
 def test_multiworker_all_reduce_over_rpc(foreign):
     """Two MultiWorkerMirroredStrategy workers on this machine, captured by the profiler client
     (a `localhost_<port>.xplane.pb` each): the all-reduce of a 64-512-512-1 MLP's gradients over
