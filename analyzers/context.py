@@ -250,9 +250,10 @@ class Context:
         """host → (job, task index) of the TF server it traced, read from the rendezvous keys of
         its cross-process sends, which name the sending device first ("/job:ps/replica:0/
         task:0/device:CPU:0;...;/job:worker/..."): a parameter-server job's ("ps") hosts and its
-        workers. Empty for a trace of one process (its keys carry "/job:localhost/")."""
+        workers. Empty for a process that sends to no other (its keys carry one task at both
+        ends, "/job:localhost/")."""
         ev = self.events
-        if "rendezvous" not in ev or self.n_hosts < 2:
+        if "rendezvous" not in ev:
             return {}
         rows = np.flatnonzero(ev["rendezvous"].array.codes >= 0)
         # A send runs in its sender's process; a receive (TF1 timelines) in its receiver's.
@@ -417,6 +418,23 @@ class Context:
         meta = self.run.metadata or {}
         cpus = (meta.get("host") or {}).get("cpus") if isinstance(meta.get("host"), dict) else None
         return int(cpus) if cpus else None
+
+    @cached_property
+    def call_threads(self) -> list[tuple[str, Thread]]:
+        """(line name, thread) of the step host's threads that make the step calls: the step
+        thread; on a parameter-server worker, every RPC thread the coordinator's calls land on
+        (a worker's calls alternate between two: docs/trace-signals.md, "Parameter servers")."""
+        thread, line = self.steps.thread, self.steps.line
+        if thread is None or line is None:
+            return []
+        source = self.steps.source
+        if not source.startswith("function:") or not self.ps_hosts:
+            return [(line, thread)]
+        ev = self.events
+        calls = ev[cat_mask(ev["name"], source.removeprefix("function:").__eq__)
+                   & cat_mask(ev["host"], thread[0].__eq__)]
+        pairs = calls[["line", "plane", "line_id"]].drop_duplicates()
+        return [(str(n), (thread[0], str(p), i)) for n, p, i in pairs.itertuples(index=False)]
 
     @property
     def main_line(self) -> str | None:

@@ -429,6 +429,10 @@ def build_events(
             # Sorted as np.unique sorts (code points), without a fixed-width copy of every
             # value (1 s and 460 MB for 1M rendezvous keys).
             inv, uniq = pd.factorize(np.asarray(values, dtype=object), sort=True)
+            if any(u.endswith("\x00") for u in uniq.tolist()):
+                # The fixed-width copy dropped trailing NULs: the table keeps doing so.
+                stripped = np.array([u.rstrip("\x00") for u in uniq.tolist()], dtype=object)
+                inv, uniq = pd.factorize(stripped[inv], sort=True)
             codes = np.full(n, -1, dtype=small_codes(len(uniq)))
             codes[rows] = inv
             df[col] = _categorical(codes, list(uniq))

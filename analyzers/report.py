@@ -72,12 +72,16 @@ class Report:
     def role_warnings(self) -> list[str]:
         """A parameter-server job without steps: say what the trace is and what is missing,
         rather than only "no steps found" (docs/trace-signals.md, "Parameter servers")."""
-        if self.ctx.steps.found or not self.ctx.ps_hosts:
+        ctx = self.ctx
+        roles = ctx.host_roles
+        if not roles or "worker" in roles and ctx.steps.found and ctx.step_host not in (
+                ctx.ps_hosts):
             return []
-        roles = ", ".join(f"{n} {job}" for job, n in self.ctx.host_roles.items())
-        return [f"a parameter-server job ({roles}) in which no worker runs a step: no step "
-                "function (TF2) and no Session.run through a server (TF1's RunGraph); a "
-                "coordinator's or a server's trace alone holds none: profile the workers"]
+        held = ", ".join(f"{n} {job}" for job, n in roles.items())
+        return [f"a distributed job's trace ({held}) with no worker's steps in it: a "
+                "parameter server's or a coordinator's trace holds no step of its own (TF2: "
+                "no step function; TF1: no Session.run through a server, RunGraph); profile "
+                "the workers"]
 
     def window_warnings(self) -> list[str]:
         n = self.ctx.n_steps

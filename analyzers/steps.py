@@ -84,7 +84,10 @@ EDGE_FREE_FROM = 5
 _WARMUP = re.compile(r"^tf\.function-graph_building$|Compiler::|XlaCompile|BuildXlaComputation|"
                      r"CompileGraph")
 _COUNTER = re.compile(r"(#|\s)\d+$")
-_TRAIN_FN = re.compile(r"__inference_.*(?:train|step)", re.IGNORECASE)
+# A parameter server's `EagerLocalExecuteAsync: __inference_step_<id>_partitioned_<n>_1` runs
+# its part of a worker's step: not a step of its own (docs/trace-signals.md, "Parameter servers").
+_TRAIN_FN = re.compile(r"^(?!EagerLocalExecuteAsync: ).*__inference_(?!.*_partitioned_).*"
+                       r"(?:train|step)", re.IGNORECASE)
 _EAGER_FETCH = re.compile(r"^EagerLocalExecute: IteratorGetNext(?:AsOptional)?$")
 
 

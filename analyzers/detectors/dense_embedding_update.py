@@ -31,16 +31,13 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.signals.embedding_ops import DENSIFY, ROW_OPS
+from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS
 from analyzers.steps import covered_ns
 
 ID = "dense_embedding_update"
 MIN_SHARE = 0.05
 SPARSE_LOOKUPS = 2.0  # a row-sparse update costs about this many forward lookups
 COPY_MIN_NS = 500_000  # a plain read is a reference count: microseconds
-_OPTIMIZER = re.compile(
-    r"(?:^|/)(?:adam|adamw|adamax|nadam|adagrad|adadelta|adafactor|rmsprop|ftrl|lion|lamb|sgd|"
-    r"momentum|gradientdescent)(?:_\d+)?/", re.IGNORECASE)
 # Forward lookups only: a gather under the gradient tape is the backward pass of some other op
 # (Keras 3's binary cross-entropy has one, `gradient_tape/compile_loss/.../GatherV2`, in models
 # without a table).
@@ -78,7 +75,7 @@ def _share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
 
 
 def _wanted(name: str) -> bool:
-    return bool(_OPTIMIZER.search(name) or _LOOKUP.search(name) or _READ.search(name))
+    return bool(OPTIMIZER_SCOPE.search(name) or _LOOKUP.search(name) or _READ.search(name))
 
 
 # The kinds an update runs as: a host op without an accelerator, a kernel with one. Collectives
@@ -101,7 +98,7 @@ def detect(ctx: Context) -> Finding | None:
         names = [*names, *ctx.present("tf_op")]
     if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
         return None
-    if not any(_READ.search(n) or (_OPTIMIZER.search(n) and not ROW_OPS.search(n))
+    if not any(_READ.search(n) or (OPTIMIZER_SCOPE.search(n) and not ROW_OPS.search(n))
                for n in names):
         return None
     if ctx.has_accelerator:
@@ -118,7 +115,7 @@ def detect(ctx: Context) -> Finding | None:
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
-    in_optimizer = (cat_mask(ops["name"], _OPTIMIZER.search)
+    in_optimizer = (cat_mask(ops["name"], OPTIMIZER_SCOPE.search)
                     & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
     densify = cat_mask(ops["name"], DENSIFY.search) & in_optimizer

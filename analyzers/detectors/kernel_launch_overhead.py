@@ -129,12 +129,14 @@ def _lookup_ops_per_device(ctx: Context) -> float:
 def _executor_overhead(ctx: Context) -> float:
     """Share of step time when an executor thread is in framework code and nothing the step
     breakdown ranks above framework (ops, collectives, copies, waits, conversions) runs
-    anywhere. tf.data threads (input work) and the step-driving thread (dispatch) are left out."""
+    anywhere. tf.data threads (input work) and the step-driving threads (dispatch) are left
+    out."""
     # Each side merged on its own first: the merged spans are few, the raw events many. Both
     # on the step thread's host: its executors' idle time, covered by its own work.
     host = ctx.step_host
+    calling = {line for line, _ in ctx.call_threads} or {ctx.main_line}
     fs, fe = _merged(ctx, ("framework", "launch"),
-                     lambda n: line_class(n) != "tf_data" and n != ctx.main_line, host)
+                     lambda n: line_class(n) != "tf_data" and n not in calling, host)
     os_, oe = _merged(ctx, _ABOVE_FRAMEWORK, host=host)
     # Session.run calls from other threads (queue runners) run their executors on the same
     # threads: their framework time is input work, not this step's dispatch.

@@ -314,14 +314,19 @@ def _stat_columns(space: DecodedSpace, planes: list, columns: list[str]
             refs = np.flatnonzero(kinds == _REF)
             texts = np.flatnonzero((kinds == _STR) | (kinds == _BYTES))
             # Each distinct (plane, reference) is looked up once: sends repeat their keys. A
-            # reference is a stat metadata id, numbered from 1 (ids past 2**32 read as absent).
-            ref_ids = values[refs]
-            known = (ref_ids >= 0) & (ref_ids < 1 << 32)
-            pair = np.where(known, (ev_plane[rows[refs]].astype(np.int64) << 32) | ref_ids, -1)
-            pairs, inv = np.unique(pair, return_inverse=True)
-            named = np.array([ref_names[p >> 32].get(p & 0xFFFFFFFF, "") if p >= 0 else ""
-                              for p in pairs.tolist()] + [""], dtype=object)[:len(pairs)]
-            values_out = np.concatenate((named[inv.ravel()],
+            # reference is a stat metadata id, numbered from 1: the rare one past 2**32 is
+            # looked up on its own.
+            ref_ids, ref_planes = values[refs], ev_plane[rows[refs]].astype(np.int64)
+            small = (ref_ids >= 0) & (ref_ids < 1 << 32)
+            pairs, inv = np.unique((ref_planes[small] << 32) | ref_ids[small],
+                                   return_inverse=True)
+            named = np.empty(len(refs), dtype=object)
+            named[small] = np.array([ref_names[p >> 32].get(p & 0xFFFFFFFF, "")
+                                     for p in pairs.tolist()], dtype=object)[inv.ravel()]
+            named[~small] = [ref_names[p].get(v, "") for p, v in
+                             zip(ref_planes[~small].tolist(), ref_ids[~small].tolist(),
+                                 strict=True)]
+            values_out = np.concatenate((named,
                                          space.texts(values[texts], si[rows[texts], 4])))
             # Text values after references: where both exist for an event, the text wins.
             out[col] = _last_per_event(np.concatenate((events[refs], events[texts])),

@@ -43,26 +43,17 @@ class DecodedSpace:
         return self.buf[start : start + length].tobytes().decode("utf-8", "replace")
 
     def texts(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The strings at these byte ranges, an object array. A stat's strings repeat (every
-        `_Send` of an edge carries the same rendezvous key), so each distinct one is decoded
-        once: the ranges are gathered as fixed-width byte strings and hashed;
-        per-row decoding took 1-2 s on 300,000 keys (bench note in docs/trace-signals.md,
-        "Parameter servers"). Fixed-width bytes drop trailing NULs, which TF's strings lack."""
-        out = np.empty(len(starts), dtype=object)
-        if not len(starts):
-            return out
-        width = max(int(lengths.max()), 1)
-        col = np.arange(width)
-        step = max(1, (1 << 22) // width)  # rows per chunk: ~4M gathered cells at a time
-        for a in range(0, len(starts), step):
-            keep = col < lengths[a:a + step, None]
-            cells = self.buf[np.where(keep, starts[a:a + step, None] + col, 0)]
-            cells[~keep] = 0
-            fixed = np.ascontiguousarray(cells).view(f"S{width}").ravel()
-            inv, uniq = pd.factorize(fixed.astype(object))  # hashed: no sort of long keys
-            decoded = np.array([u.decode("utf-8", "replace") for u in uniq.tolist()],
-                               dtype=object)
-            out[a:a + step] = decoded[inv]
+        """The strings at these byte ranges, an object array, as `text` reads each. A stat's
+        strings repeat (every `_Send` of an edge carries the same rendezvous key): the bytes
+        are sliced, hashed, and each distinct value decoded once."""
+        view = memoryview(self.buf)
+        raw = [view[s:s + n].tobytes() for s, n in zip(starts.tolist(), lengths.tolist(),
+                                                        strict=True)]
+        out = np.empty(len(raw), dtype=object)
+        if raw:
+            inv, uniq = pd.factorize(np.array(raw, dtype=object))
+            out[:] = np.array([u.decode("utf-8", "replace") for u in uniq.tolist()],
+                              dtype=object)[inv]
         return out
 
 

@@ -26,6 +26,10 @@ from analyzers.events import is_device_plane, op_type_of
 if TYPE_CHECKING:
     from analyzers.context import Context
 
+# An optimizer's name scope (Keras 3 `adam/`, TF1 `Adam/update_<var>/`, `SGD/`, ...).
+OPTIMIZER_SCOPE = re.compile(
+    r"(?:^|/)(?:adam|adamw|adamax|nadam|adagrad|adadelta|adafactor|rmsprop|ftrl|lion|lamb|sgd|"
+    r"momentum|gradientdescent)(?:_\d+)?/", re.IGNORECASE)
 # The op TF turns an IndexedSlices gradient into a table-sized tensor with (tf.convert_to_tensor,
 # Keras 3's Adam and Adagrad on a table).
 DENSIFY = re.compile(r":UnsortedSegmentSum$")

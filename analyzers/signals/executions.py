@@ -34,13 +34,14 @@ def graph_builds(ctx: Context) -> pd.DataFrame:
 
 
 def _executions(ctx: Context) -> pd.DataFrame:
-    if ctx.main_line is None or ctx.steps.thread is None:
-        ev = pd.DataFrame({c: [] for c in ("name", "kind", "start_ns", "end_ns", "dur_ns")})
-    else:
-        # Every Python thread's line is named `python`: keep to the step thread's (plane, id).
-        ev = ctx.in_steps(line=ctx.main_line, thread=ctx.steps.thread,
-                          name=lambda n: n.startswith(PREFIX) or n == KERNEL,
-                          columns=("name", "kind", "start_ns", "end_ns", "dur_ns"))
+    columns = ("name", "kind", "start_ns", "end_ns", "dur_ns")
+    # Every Python thread's line is named `python`: keep to the calling threads' (plane, id).
+    # Their calls do not overlap (a worker's RPC threads take turns), so one list holds them.
+    parts = [ctx.in_steps(line=line, thread=thread, columns=columns,
+                          name=lambda n: n.startswith(PREFIX) or n == KERNEL)
+             for line, thread in ctx.call_threads]
+    ev = (pd.concat(parts, ignore_index=True) if parts
+          else pd.DataFrame({c: [] for c in columns}))
     names = ev["name"].astype(str)
     is_exec = names.str.startswith(PREFIX).to_numpy()
     ex = ev[is_exec].sort_values("start_ns", kind="stable")

@@ -29,7 +29,8 @@ def _key(src: str, dst: str, edge: str) -> Ref:
 def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
          compute_ms: float = 30, wait_ms: float = 60, server_ms=None, dense: bool = False,
          turns: bool = False, scope: str = "", steps: int = 8, machines: bool = False,
-         ragged: bool = False, gpu: bool = False, evaluator: bool = False) -> None:
+         ragged: bool = False, gpu: bool = False, evaluator: bool = False,
+         two_rpc_threads: bool = False, mlp_on_servers: bool = False) -> None:
     """Each worker's step is a function call of `call_ms` in every 100 ms: `compute_ms` of its
     own ops, a send of its gradients to every server, then nothing of its own running until the
     call ends while the servers update. Server s runs ops `server_ms[s]` ms of the step
@@ -41,7 +42,10 @@ def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
     `UnsortedSegmentSum` of the worker's own model (a ragged sum) in every step. `turns`: the
     workers' calls alternate instead of running together (the coordinator fetches each step's
     result). `gpu`: each worker has a GPU plane with a kernel per step (no `tf_op` stat).
-    `evaluator`: a third job's host that reads the variables and runs no step function. The
+    `evaluator`: a third job's host that reads the variables and runs no step function.
+    `two_rpc_threads`: the coordinator's calls land on two RPC threads in turn, three steps on
+    one, then three on the other (a real worker's alternate so). `mlp_on_servers`: the servers'
+    update is a dense layer's Adam (`adam/Mul`, whole-variable but no table). The
     files are named as the profiler client names them, `localhost_<port>`, or, with
     `machines`, one machine each."""
     server_ms = [wait_ms] * servers if server_ms is None else server_ms
@@ -51,9 +55,10 @@ def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
     for i in range(workers):
         me = _device("worker", i)
         host = space[f"w{i}"].plane("/host:CPU")
-        rpc = host.line("tf_Compute/100", line_id=100)
+        rpcs = [host.line("tf_Compute/100", line_id=100), host.line("tf_Compute/103", line_id=103)]
         ex = host.line("tf_Compute/101", line_id=101)
         for k in range(steps):
+            rpc = rpcs[k // 3 % 2 if two_rpc_threads else 0]
             t0 = k * STEP * MS + (i * STEP * MS // 2 if turns else 0)
             call = int((call_ms / 2 if turns else call_ms) * MS)
             c0 = t0 + MS // 2
@@ -88,6 +93,7 @@ def _job(tmp_path, *, workers: int = 2, servers: int = 1, call_ms: float = 98,
                          key=_key(_device("ps", s), me, "edge_107_embedding_lookup"))
                 busy = int((server_ms[s] / 2 if turns else server_ms[s]) * MS)
                 update = (f"{scope}AssignSubVariableOp_2:AssignSubVariableOp" if dense
+                          else "adam/Mul_3:Mul" if mlp_on_servers
                           else f"{scope}ResourceScatterSub:ResourceScatterSub")
                 ps.event(update, c0 + sent + send + 100_000, busy - send - 200_000)
                 if dense and scope:
@@ -178,6 +184,31 @@ def test_a_sum_in_the_model_is_no_dense_update(tmp_path):
     _job(tmp_path, compute_ms=80, wait_ms=15, server_ms=[4], ragged=True)
     f = _report(tmp_path)[1]["parameter_server_wait"]
     assert f.numbers["cause"] == "transfer" and f.speedup == 1.0
+
+
+def test_a_dense_layers_optimizer_is_no_dense_table_update(tmp_path):
+    """The servers spend the wait in a dense layer's Adam (whole-variable, but no table: no
+    optimizer densifies, no update scope holds row ops), beside a ragged sum on the worker."""
+    _job(tmp_path, compute_ms=70, wait_ms=25, ragged=True, mlp_on_servers=True)
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "servers_busy" and f.speedup == 1.0
+
+
+def test_calls_on_two_rpc_threads(tmp_path):
+    """A worker's calls alternate between two RPC threads: every call counts, on either, for
+    the wait and for the time between calls (the other thread's calls are not overhead)."""
+    _job(tmp_path, dense=True, two_rpc_threads=True, steps=12)
+    r, found = _report(tmp_path)
+    assert len(r.ctx.call_threads) == 2
+    assert found["parameter_server_wait"].numbers["wait_fraction"] == pytest.approx(0.62, abs=0.01)
+    assert "per_step_overhead" not in found and "kernel_launch_overhead" not in found
+
+
+def test_no_wait_no_finding(tmp_path):
+    """The worker's own ops fill its calls but 2 ms of each 100 ms step: below MIN_SHARE."""
+    _job(tmp_path, compute_ms=96, wait_ms=2, server_ms=[1])
+    r, found = _report(tmp_path)
+    assert "parameter_server_wait" not in found and r.to_dict()["warnings"] == []
 
 
 def test_busy_servers_estimate_nothing(tmp_path):
@@ -292,8 +323,9 @@ def test_a_job_without_step_functions_says_what_it_is(tmp_path):
     r = analyze(tmp_path)
     d = r.to_dict()
     assert not d["steps"]["found"] and d["hardware"]["host_roles"] == {"ps": 1, "worker": 1}
-    assert any("parameter-server job (1 ps, 1 worker)" in w for w in d["warnings"])
-    assert "warning: a parameter-server job" in render_text(r)
+    assert any("distributed job's trace (1 ps, 1 worker) with no worker's steps" in w
+               for w in d["warnings"])
+    assert "warning: a distributed job's trace" in render_text(r)
 
 
 def _tf1_job(tmp_path, optimizer: str) -> None:
