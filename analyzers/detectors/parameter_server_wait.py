@@ -36,7 +36,7 @@ excess is saved when the servers run on separate machines; processes sharing one
 gain nothing from it (measured). The last two causes are a sparse job's round trips, whose cost
 depends on the cluster (more servers, a faster network): the finding reports the wait and
 estimates no saving, so it stays `low` (the sparse jobs of tests/analyzers/foreign_jobs.py wait
-27-39% of a step on one 2-core machine).
+45-56% of a step on one 2-core machine).
 
 Numbers: `wait_fraction` and `worker_densify_fraction` are shares of step time; the servers'
 `server_busy_in_calls` and `row_ops_in_calls` are shares of this worker's call time.
@@ -96,6 +96,12 @@ _REMEDY = {
         "variables over them (variable_partitioner), and keep dense layers' variables small "
         "or on the workers (replicated with MirroredStrategy or MultiWorkerMirroredStrategy)."),
 }
+
+
+_ONE_MACHINE = (
+    " Here all processes share one machine's cores: more servers or partitions move work "
+    "between them and win nothing (measured 1.28x slower); the advice is for servers on "
+    "machines of their own.")
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -187,14 +193,15 @@ def detect(ctx: Context) -> Finding | None:
              f"the busiest server runs ops for {min(fill, 1.0):.0%} as long as the worker waits")
             + "; no dense updates or unbalanced servers: no saving is estimated from this "
             "trace alone")
-    saved = max(min(saved, wait + densify_share), 0.0)
     return Finding(
         id=ID,
         title=f"The workers wait for the parameter servers {wait:.0%} of each step",
         step_fraction=wait,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
-        remedy=_REMEDY[cause].format(servers=len(servers)),
+        remedy=_REMEDY[cause].format(servers=len(servers)) + (
+            _ONE_MACHINE if cause in ("unbalanced", "servers_busy") and ctx.one_machine
+            and not ctx.has_accelerator else ""),
         numbers={"cause": cause, "wait_fraction": round(wait, 4),
                  "wait_ms_per_step": round(wait_ns / ctx.n_steps / 1e6, 3),
                  "server_busy_in_calls": {label[h]: round(b, 4) for h, b in busy.items()},

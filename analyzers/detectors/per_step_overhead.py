@@ -29,7 +29,7 @@ MIN_OVERHEAD = 0.10
 _FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute)$")
 STEPS_PER_CALL = 4
 # Parameter-server workers that run their steps together less than this share of the time
-# take turns (measured: 0-2% when the coordinator fetches every step's result, 60-90% when it
+# take turns (measured: 0% when the coordinator fetches every step's result, 85-99% when it
 # schedules ahead).
 TAKING_TURNS = 0.2
 # Main-thread work other detectors already explain.

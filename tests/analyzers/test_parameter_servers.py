@@ -231,6 +231,7 @@ def test_one_server_busier_than_the_other(tmp_path):
     assert excess == pytest.approx(0.25, abs=0.01)
     assert f.speedup == pytest.approx(1 / (1 - excess), rel=0.01)
     assert f.severity == "high" and "max_shards=2" in f.remedy
+    assert "one machine" not in f.remedy
 
 
 def test_nearly_idle_servers_are_not_unbalanced(tmp_path):
@@ -248,6 +249,7 @@ def test_unbalanced_servers_sharing_one_machine(tmp_path):
     f = _report(tmp_path)[1]["parameter_server_wait"]
     assert f.numbers["cause"] == "unbalanced" and f.speedup == 1.0 and f.severity == "low"
     assert "one machine (localhost)" in f.evidence[-1]
+    assert "share one machine's cores" in f.remedy
 
 
 def test_no_servers_no_finding(tmp_path):
