@@ -304,13 +304,17 @@ SESSION_JOB = textwrap.dedent(
     def filler():
         while not stop.is_set():
             sess.run(other)
-    threading.Thread(target=filler, daemon=True).start()
+    other_thread = threading.Thread(target=filler, daemon=True)
+    other_thread.start()
     folder = tempfile.mkdtemp()
     for i in range(int(sys.argv[1])):
         sess.run(train)
         if i % 4 == 3:
             saver.save(sess, os.path.join(folder, "ckpt"))
     stop.set()
+    # A daemon thread still inside Session.run at interpreter exit aborts the process
+    # ("terminate called ... exception not rethrown", exit 134: 1 CI run in many).
+    other_thread.join()
     """
 )
 
