@@ -4,6 +4,7 @@ from the tuner (tests/dashboard/conftest.py)."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -85,6 +86,13 @@ def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, da
     assert f"events in step {other}" in _text(at)
 
 
+def _input_fixed(text: str) -> bool:
+    """The clean run's input finding is gone, or `low`: on a busy 2-core machine it can still
+    read a 1.02x wait (one CI run in several), which is no problem to fix."""
+    title = "The input pipeline holds up training"
+    return title not in text or text.count(title) == text.count(f"[low] {title}")
+
+
 def test_diagnosis_of_a_clean_run_has_no_serious_findings(monkeypatch, dash_root):
     at = _app(monkeypatch, dash_root, "diagnosis", run=run_key(dash_root, "clean"))
     _no_exceptions(at)
@@ -94,7 +102,7 @@ def test_diagnosis_of_a_clean_run_has_no_serious_findings(monkeypatch, dash_root
     assert _charts(at) >= 2
     text = _text(at)
     assert "HIGH]" not in text and "MEDIUM]" not in text
-    assert "The input pipeline holds up training" not in text
+    assert _input_fixed(text)
 
 
 def test_diagnosis_refuses_paths_outside_the_root(monkeypatch, dash_root):
@@ -118,7 +126,10 @@ def test_compare_shows_speedup_and_resolved_findings(monkeypatch, dash_root):
     speedup = next(m for m in at.metric if m.label == "speedup").value
     assert speedup.endswith("x") and float(speedup[:-1]) > 1.2, speedup
     text = _text(at)
-    assert ":green[resolved] `input_preprocessing`" in text
+    # Fixed: gone, or down to `low` (on a busy 2-core machine a clean run can still read a
+    # 1.02x input wait: one CI run in several).
+    assert (":green[resolved] `input_preprocessing`" in text
+            or re.search(r"`input_preprocessing`: (high|medium) -> low", text)), text
     assert _charts(at) == 1
 
 
@@ -180,7 +191,7 @@ def test_changing_the_run_picker_sticks(monkeypatch, dash_root):
     _no_exceptions(at)
     assert at.selectbox(key="diagnosis_run").value == clean
     assert at.query_params["run"] == clean
-    assert "The input pipeline holds up training" not in _text(at)
+    assert _input_fixed(_text(at))
     at.run()  # a later rerun (any widget) keeps the pick
     assert at.selectbox(key="diagnosis_run").value == clean
     at.switch_page("views/compare.py").run()
