@@ -55,7 +55,6 @@ SESSION_RUN = "SessionRun"
 # A worker's Session.run through a server (GrpcSession): its partition's dispatch on the calling
 # thread, ended by a `RunGraphDone` (docs/trace-signals.md, "Parameter servers").
 RUN_GRAPH = "RunGraph"
-RUN_GRAPH_DONE = "RunGraphDone"
 # One traced Session.run of a TF1 RunMetadata timeline (tf.compat.v1 `timeline.Timeline`, what
 # Estimator's ProfilerHook writes as timeline-<step>.json): the reader adds it over each file's
 # ops, since the file holds that one run and nothing marks it (docs/trace-signals.md,

@@ -74,8 +74,8 @@ class Report:
         rather than only "no steps found" (docs/trace-signals.md, "Parameter servers")."""
         ctx = self.ctx
         roles = ctx.host_roles
-        if not roles or "worker" in roles and ctx.steps.found and ctx.step_host not in (
-                ctx.ps_hosts):
+        workers_steps = ctx.steps.found and "worker" in roles and ctx.step_host not in ctx.ps_hosts
+        if not roles or workers_steps:
             return []
         held = ", ".join(f"{n} {job}" for job, n in roles.items())
         return [f"a distributed job's trace ({held}) with no worker's steps in it: a "
@@ -197,7 +197,7 @@ def render_text(report: Report, markdown: bool = False) -> str:
     kind = "accelerator " + ", ".join(hw["device_planes"]) if hw["accelerator"] else "CPU only"
     hosts = f", {hw['hosts']} hosts" if hw["hosts"] > 1 else ""
     if hw["host_roles"]:
-        hosts += " (" + ", ".join(f"{n} {job}" for job, n in sorted(hw["host_roles"].items())) + ")"
+        hosts += " (" + ", ".join(f"{n} {job}" for job, n in hw["host_roles"].items()) + ")"
     out.append(f"hardware: {kind}{hosts}"
                f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
                f"sampler data: {'yes' if d['sampler'] else 'no'}")

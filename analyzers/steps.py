@@ -239,10 +239,7 @@ def find_step_windows(events: pd.DataFrame
         f = on_thread(fetches, thread).sort_values("start_ns")
         starts = f["start_ns"].to_numpy(np.int64)
         if len(starts) >= 3:
-            # The last fetch opens a step the trace does not finish: n fetches, n - 1 steps.
-            w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
-                              "end_ns": starts[1:]})
-            return _chain(w), f"iterator:{f['name'].iloc[0]}", (line, thread)
+            return _between(starts), f"iterator:{f['name'].iloc[0]}", (line, thread)
     return (pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype=np.int64), "none",
             (None, None))
 
@@ -351,9 +348,7 @@ def _run_graph_steps(events: pd.DataFrame, host: np.ndarray) -> tuple[
                      .to_numpy(np.int64))
     if len(starts) < 3:
         return None
-    w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
-                      "end_ns": starts[1:]})
-    return _chain(w), f"session:{RUN_GRAPH}", (line, thread)
+    return _between(starts), f"session:{RUN_GRAPH}", (line, thread)
 
 
 def _runs_updating(events: pd.DataFrame, host: np.ndarray, run_rows: np.ndarray,
@@ -483,6 +478,14 @@ def _device_steps(events: pd.DataFrame
                       "end_ns": m["end_ns"].to_numpy()})
     # The step-driving host thread is not named by a device line.
     return _chain(w), f"device:{STEPS_LINE} ({plane})", (None, None)
+
+
+def _between(starts: np.ndarray) -> pd.DataFrame:
+    """Steps from one call (a batch fetch, a RunGraph) to the next, `starts` sorted: the last
+    call opens a step the trace does not finish, so n calls make n - 1 steps."""
+    w = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1],
+                      "end_ns": starts[1:]})
+    return _chain(w)
 
 
 def _chain(w: pd.DataFrame) -> pd.DataFrame:
