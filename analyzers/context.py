@@ -387,6 +387,16 @@ class Context:
         return self.devices_per_host * max(self.n_hosts - len(self.ps_hosts), 1)
 
     @cached_property
+    def collective_group_size(self) -> int | None:
+        """The most participants a collective has (`group_size` stats), when the trace tells:
+        more than its devices when other workers' traces are not in it."""
+        if "group_size" not in self.events:
+            return None
+        values = np.asarray(self.events["group_size"].array.sp_values)
+        values = values[values > 0]
+        return int(values.max()) if len(values) else None
+
+    @cached_property
     def _host_device_pairs(self) -> pd.DataFrame:
         """The distinct (host, device plane) pairs, from the category codes."""
         ev = self.events

@@ -136,7 +136,8 @@ def read_chrome_trace(path: Path, host: str,
     # PyTorch: `correlation` links a kernel to its launch; `External id` links CPU ops to each
     # other and would overwrite it, so it is not read.
     aliases.update({"correlation": "correlation_id",
-                    "Bytes": "bytes", "bytes": "bytes", "device": "device_id"})
+                    "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
+                    "Group size": "group_size"})
     for i, a in enumerate(args):
         for key, value in a.items():
             col = aliases.get(key)

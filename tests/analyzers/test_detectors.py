@@ -13,6 +13,7 @@ from analyzers.report import analyze
 from tests.analyzers.traces import (
     MS,
     PIPE,
+    allreduce,
     gpu_trace,
     host_trace,
     sweeps,
@@ -852,29 +853,22 @@ def test_devices_of_several_hosts_add_up(tmp_path):
         one)["collective_overhead"].remedy
 
 
-def _allreduce(start_ms: float, end_ms: float = 92):
-    def add(b, host, main, comp, t0, i):
-        host.line("collective_ops/3", line_id=3).event(
-            "sgd/CollectiveReduceV2:CollectiveReduceV2", t0 + int(start_ms * MS),
-            int((end_ms - start_ms) * MS))
-    return add
-
-
 def test_cpu_workers_exchanging_over_rpc(tmp_path):
     """Two CPU worker processes profiled by TF's remote capture (`<host>_<port>` files): one
     device each, 40% of the step in the all-reduce between them, which is RPC, not memory
-    copying, so the whole exposed time counts. Alone, the same trace has one device."""
+    copying, so the whole exposed time counts. Both traces are here: no peer is outside them
+    (tests/analyzers/test_one_worker_trace.py reads one alone)."""
     for port in (6001, 6002):
-        host_trace(tmp_path, compute_ms=50, per_step=_allreduce(52), host_name=f"localhost_{port}")
+        host_trace(tmp_path, compute_ms=50, per_step=allreduce(52), host_name=f"localhost_{port}")
     report = analyze(tmp_path)
     assert (report.ctx.n_hosts, report.ctx.n_devices) == (2, 2)
+    assert report.ctx.collective_group_size == 2
     f = by_id(report)["collective_overhead"]
     assert f.step_fraction == pytest.approx(0.4, abs=0.03)
     assert f.speedup == pytest.approx(1 / (1 - f.step_fraction), rel=0.01) and f.severity == "high"
     assert "one machine (localhost)" in f.evidence[1] and "MirroredStrategy" in f.remedy
     assert f.numbers["peer_wait_fraction"] < 0.01  # both finish computing before exchanging
-    alone = analyze(host_trace(tmp_path / "alone", compute_ms=50, per_step=_allreduce(52))[1])
-    assert alone.ctx.n_devices == 1 and "collective_overhead" not in by_id(alone)
+    assert "peers_outside" not in f.numbers and "First trace every worker" not in f.remedy
 
 
 def test_a_worker_waiting_for_a_slower_peer(tmp_path):
@@ -882,8 +876,8 @@ def test_a_worker_waiting_for_a_slower_peer(tmp_path):
     52 ms: 18.5 of the 100 ms the two spend in collectives, A waits while B still computes. Only
     the 41.5 ms when neither computes (50.5 to 92 ms) is exposed, and of that the 1.5 ms before
     B joins (50.5 to 52) is A waiting for B: the straggler's, not the exchange's."""
-    host_trace(tmp_path, compute_ms=30, per_step=_allreduce(32), host_name="worker_a")
-    host_trace(tmp_path, compute_ms=50, per_step=_allreduce(52), host_name="worker_b")
+    host_trace(tmp_path, compute_ms=30, per_step=allreduce(32), host_name="worker_a")
+    host_trace(tmp_path, compute_ms=50, per_step=allreduce(52), host_name="worker_b")
     found = by_id(analyze(tmp_path))
     f = found["collective_overhead"]
     assert f.numbers["peer_wait_fraction"] == pytest.approx(0.185, abs=0.005)

@@ -149,6 +149,8 @@ def test_keras_tensorboard_callback_profile(foreign):
 def test_mirrored_strategy_replicas_are_devices(foreign):
     four = analyze(foreign("mirrored4"))
     assert four.ctx.n_devices == 4 and windows(four) == 15
+    # Each replica's `CollectiveExecutor::CompleteParams` names a group of 4: all in this trace.
+    assert four.ctx.collective_group_size == 4
     # The all-reduce is seen (4-7% of these steps, near the finding's 3% floor, so the finding
     # itself is not asserted); one replica has none.
     assert four.ctx.fractions["collective"] > 0.01
@@ -209,7 +211,7 @@ def test_tf1_parameter_server_jobs(foreign):
     assert f.numbers["cause"] in ("transfer", "servers_busy") and f.speedup == 1.0, f.evidence
 
 
-def test_multiworker_all_reduce_over_rpc(foreign):
+def test_multiworker_all_reduce_over_rpc(foreign, tmp_path):
     """Two MultiWorkerMirroredStrategy workers on this machine, captured by the profiler client
     (a `localhost_<port>.xplane.pb` each): the all-reduce of a 64-512-512-1 MLP's gradients over
     RPC is 40-46% of the step (one worker with the same global batch ran 1.9-2.4x faster). A 64x256
@@ -220,6 +222,17 @@ def test_multiworker_all_reduce_over_rpc(foreign):
     f = {f.id: f for f in report.findings}["collective_overhead"]
     assert f.severity == "high" and f.numbers["hosts"] == 2, f.evidence
     assert "one machine (localhost)" in f.evidence[1] and "MirroredStrategy" in f.remedy
+    assert report.ctx.collective_group_size in (None, 2) and "peers_outside" not in f.numbers
+    # One worker's file alone (a job that profiles its chief): collectives on its one device say
+    # the other is outside the trace (the group size too, when its `CompleteParams` events were
+    # kept: not in every run), and the exposed share is the merged run's within a few points
+    # (the merged breakdown counts the peer's compute first).
+    alone = analyze(_one_worker(foreign("multiworker"), tmp_path / "alone"))
+    assert alone.ctx.n_devices == 1 and alone.ctx.collective_group_size in (None, 2)
+    one = {f.id: f for f in alone.findings}["collective_overhead"]
+    assert one.numbers["peers_outside"] and one.severity == "high", one.evidence
+    assert abs(one.step_fraction - f.step_fraction) < 0.1, (one.step_fraction, f.step_fraction)
+    assert "client.trace" in one.remedy
     compute = analyze(foreign("multiworker_compute"))
     assert compute.ctx.n_hosts == 2
     assert 0.005 < compute.ctx.fractions["collective"] < f.step_fraction / 3

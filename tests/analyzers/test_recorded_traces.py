@@ -137,7 +137,8 @@ def test_recorded_tf_gpu_trace(tmp_path):
 
 def test_recorded_pytorch_gpu_trace(tmp_path):
     """A launch-bound PyTorch DDP step (docs/trace-signals.md, "PyTorch GPU traces"): the GPU
-    runs kernels about a fifth of the step while the host thread dispatches ~930 small kernels."""
+    runs kernels about a fifth of the step while the host thread dispatches ~930 small kernels;
+    rank 0's trace alone (docs/trace-signals.md, "One worker's trace")."""
     (tmp_path / "rank0.pt.trace.json.gz").write_bytes(
         (DATA / "pytorch-gpu" / "ddp_cnn_rank0.json.gz").read_bytes())
     report = analyze(tmp_path)
@@ -152,6 +153,14 @@ def test_recorded_pytorch_gpu_trace(tmp_path):
     launch = found["kernel_launch_overhead"]
     assert launch.severity == "high" and launch.numbers["ops_per_step"] > 900
     assert "torch.compile" in launch.remedy and "jit_compile" not in launch.remedy
+    # Rank 1 is not in the folder: its NCCL kernels' and `record_param_comms`' "Group size" of 2
+    # says so. The exposed all-reduce (8% of the step) may hold a wait for rank 1: an upper
+    # bound, with a medium gain; the remedy first asks for every rank's trace.
+    assert ctx.collective_group_size == 2
+    coll = found["collective_overhead"]
+    assert coll.numbers["peers_outside"] and coll.numbers["group_size"] == 2
+    assert 0.05 < coll.step_fraction < 0.1 and coll.severity == "medium"
+    assert "tensorboard_trace_handler" in coll.remedy and "bucket_cap_mb" in coll.remedy
 
 
 def test_recorded_kineto_2021_dataloader_traces(tmp_path):

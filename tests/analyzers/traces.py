@@ -72,6 +72,21 @@ def host_trace(
     return b, b.write(tmp, host=host_name)
 
 
+def allreduce(start_ms: float, end_ms: float = 92, group_size: int | None = 2):
+    """`host_trace`'s `per_step`: a `CollectiveReduceV2` from `start_ms` to `end_ms` into each
+    step on a `collective_ops` line. TF 2.21 writes the group's size on the
+    `CollectiveExecutor::CompleteParams` event that opens it (`group_size` None: an older TF)."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("collective_ops/3", line_id=3)
+        start = t0 + int(start_ms * MS)
+        if group_size is not None:
+            line.event("CollectiveExecutor::CompleteParams", start, 20_000, group_key=1,
+                       group_size=group_size)
+        line.event("sgd/CollectiveReduceV2:CollectiveReduceV2", start,
+                   int((end_ms - start_ms) * MS))
+    return add
+
+
 def gpu_trace(
     tmp: Path,
     *,
