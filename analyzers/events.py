@@ -41,9 +41,10 @@ STAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "root": ("_r",),
     "filename": ("filename",),  # the file a tf.data reader opens (TFRecordDataset)
     "num_shards": ("num_shards",),  # a tf.data Shard stage's shard count (dataset.shard, DATA)
-    # A collective's participant count: TF's `CollectiveExecutor::CompleteParams` (2.21; not in
-    # 2.4), PyTorch's `record_param_comms` and NCCL kernels ("Group size"). One worker's trace
-    # tells its peers this way (docs/trace-signals.md, "One worker's trace").
+    # A collective's participant count: TF's `CollectiveExecutor::CompleteParams` (2.21, not
+    # kept in every run; not in 2.4), PyTorch's `record_param_comms` and NCCL kernels ("Group
+    # size"). One worker's trace tells its peers this way (docs/trace-signals.md, "One worker's
+    # trace").
     "group_size": ("group_size",),
     # A `_Send`'s rendezvous key, "SRC_DEVICE;incarnation;DST_DEVICE;edge;frame:iter": the
     # job and task of both ends (docs/trace-signals.md, "Parameter servers").
