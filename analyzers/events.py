@@ -109,6 +109,10 @@ _COLLECTIVE = re.compile(
     r"(?i)(nccl|^Collective|AllReduce|all-reduce|AllToAll|all-to-all|AllGather|all-gather|"
     r"ReduceScatter|reduce-scatter|collective-permute|CollectivePermute|NcclAllReduce)"
 )
+# PyTorch's gloo backend (CPU collectives) annotates each call on its threads as
+# `gloo:all_reduce`, `gloo:broadcast`, ...: an op type of `all_reduce` by the `scope:Type` rule,
+# which TF's CamelCase types never are (docs/trace-signals.md, "One worker's trace").
+GLOO_PREFIX = "gloo:"
 # Name scopes users and Keras give exchange code (`all_reduce/`, `all_to_all/`): host ops inside
 # them are the collective's CPU implementation (e.g. AddN reduce-to-one between logical devices).
 _SCOPE_COLLECTIVE = re.compile(r"(?i)(^|/)(all_reduce|allreduce|all_to_all|alltoall|all_gather|"
@@ -255,7 +259,8 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
         return "sync"
     if _LAUNCH.match(name):
         return "launch"
-    if _COLLECTIVE.search(op_type) or _SCOPE_COLLECTIVE.search(name.split(":")[0]):
+    if (_COLLECTIVE.search(op_type) or _SCOPE_COLLECTIVE.search(name.split(":")[0])
+            or name.startswith(GLOO_PREFIX)):
         return "collective"
     if _SEND_RECV.match(op_type) or name.startswith("_Send input") or name.startswith("_Recv"):
         return "d2d"

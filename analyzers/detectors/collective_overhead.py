@@ -21,6 +21,7 @@ import numpy as np
 
 from analyzers.context import Context
 from analyzers.detectors import claims, run_detector, straggler_worker
+from analyzers.events import GLOO_PREFIX
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.scaling import scaling_points
 from analyzers.steps import covered_ns
@@ -33,8 +34,6 @@ _REMEDY = {
                    "larger per-device batch so compute hides the exchange; fuse gradients into "
                    "one all-reduce; keep the all-to-all payload small (column-wise split only "
                    "when tables are large)."),
-    # PyTorch's CPU collectives (gloo) run in one process per rank, so a PyTorch trace with two
-    # or more devices here is a GPU one.
     "pytorch": ("Use fewer GPUs for a model this small, or a larger per-GPU batch so compute "
                 "hides the exchange; let DDP overlap the all-reduce with backward (tune "
                 "bucket_cap_mb, gradient_as_bucket_view=True) or all-reduce less often "
@@ -42,6 +41,14 @@ _REMEDY = {
                 "(register_comm_hook with fp16_compress_hook / bf16_compress_hook) and keep "
                 "embedding all-to-all payloads small."),
 }
+# PyTorch's CPU collectives (gloo) run in one process per rank, each rank a device here.
+_TORCH_CPU_REMEDY = (
+    "Use fewer ranks for a model this small, or a larger per-rank batch so backward hides the "
+    "exchange: DDP all-reduces gloo buckets while backward runs (tune bucket_cap_mb), can "
+    "all-reduce less often (no_sync() over gradient-accumulation steps) and compress what is "
+    "sent (register_comm_hook with fp16_compress_hook). Ranks on one machine share its cores "
+    "and memory: one process with more intra-op threads (torch.set_num_threads) does the same "
+    "arithmetic without the exchange.")
 _MULTI_HOST_REMEDY = (
     "Train on fewer hosts: one node with more devices beats several joined by the network "
     "(seed 000: two 4-GPU nodes were slower than one, as all-reduce and all-gather went over "
@@ -76,13 +83,13 @@ _HOROVOD_REMEDY = (
     "hvd.alltoall (seed 001's hybrid parallelism). Fewer workers with more devices each beat "
     "several joined by the network (seed 000).")
 # Collectives that exchange with other participants, by op type or kernel name: TF's
-# Collective* and Nccl* ops, Horovod's ops, NCCL kernels, PyTorch's process-group calls, XLA's
-# collective HLOs. On a trace of one device they mean peers in other processes: TF issues none
-# for a group of one (a lone MultiWorkerMirroredStrategy worker). Not the all_reduce/ name
-# scopes or _Send/_Recv, which one process's own devices show too.
+# Collective* and Nccl* ops, Horovod's ops, NCCL kernels, PyTorch's process-group calls (and
+# gloo's, by name), XLA's collective HLOs. On a trace of one device they mean peers in other
+# processes: TF issues none for a group of one (a lone MultiWorkerMirroredStrategy worker). Not
+# the all_reduce/ name scopes or _Send/_Recv, which one process's own devices show too.
 _PEER_COLLECTIVE = re.compile(
     r"(?i)^(Collective(Reduce|Gather|AllToAll|Bcast|Permute|ReduceScatter)|Nccl|Horovod|"
-    r"gloo:|record_param_comms$|(all-reduce|all-gather|all-to-all|reduce-scatter|"
+    r"record_param_comms$|(all-reduce|all-gather|all-to-all|reduce-scatter|"
     r"collective-permute)(-start|-done)?(\.\d+)?$)")
 _HOROVOD = re.compile(r"^Horovod(Allreduce|Allgather|Alltoall|Broadcast|Reducescatter)")
 
@@ -96,7 +103,8 @@ def _peers(ctx: Context) -> tuple[int | None, bool]:
         return size, size > n_dev
     if n_dev >= 2:
         return None, False
-    return None, any(_PEER_COLLECTIVE.search(t) for t in ctx.present("op_type"))
+    return None, (any(_PEER_COLLECTIVE.search(t) for t in ctx.present("op_type"))
+                  or any(n.startswith(GLOO_PREFIX) for n in ctx.present("name")))
 
 
 def _peer_wait(ctx: Context) -> float | None:
@@ -193,7 +201,8 @@ def detect(ctx: Context) -> Finding | None:
                 f"the exchange itself and the wait for {straggler} above")
         evidence.append(f"{wait:.0%} of the workers' collective time passes while another worker "
                         f"still computes (waiting for a slower peer); the rest is {rest}")
-    remedy = _REMEDY[ctx.framework]
+    remedy = (_TORCH_CPU_REMEDY if ctx.framework == "pytorch" and not ctx.has_accelerator
+              else _REMEDY[ctx.framework])
     if any(_HOROVOD.search(t) for t in ctx.present("op_type")):
         remedy = _HOROVOD_REMEDY
     elif (hosts > 1 or outside) and ctx.framework == "tensorflow":

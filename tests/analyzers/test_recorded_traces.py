@@ -10,6 +10,8 @@ the same (docs/trace-signals.md, "TF 2.15"). No TensorFlow is needed to run thes
 BERT fine-tuning under MultiWorkerMirroredStrategy, TF 2.2-2.4 era, CUDA GPUs.
 `data/pytorch-gpu/ddp_cnn_rank0.json.gz`: a real PyTorch profiler trace, rank 0 of a 2-GPU DDP job
 (A100, NCCL) from HolisticTraceAnalysis's test data (data/README.md).
+`data/pytorch-cpu-gloo/*.json.gz`: both ranks of a 2-rank DDP job on the CPU (gloo), balanced
+or with rank 1 slower, recorded by `torch_ddp_job.py` with torch 2.13.0 CPU (data/README.md).
 `data/kineto-2021/resnet50_num_workers_{0,4}.json.gz`: the PyTorch profiler's own TensorBoard
 plugin samples (Kineto, 2021: capitalized event categories), ResNet-50 on a V100 with
 DataLoader(num_workers=0) and with 4 workers (data/README.md).
@@ -216,3 +218,50 @@ def test_recorded_estimator_profiler_hook_timelines():
     batched = analyze(DATA / "tf2.15/profiler_hook_batched")
     assert batched.ctx.n_steps == 6
     assert not [f for f in batched.findings if f.severity in ("medium", "high")]
+
+
+def _gloo(tmp_path: Path, job: str, ranks: tuple[int, ...]) -> Path:
+    """`data/pytorch-cpu-gloo/<job>_rank<r>.json.gz` of the given ranks, in one folder."""
+    folder = tmp_path / f"{job}_{'_'.join(map(str, ranks))}"
+    folder.mkdir()
+    for r in ranks:
+        (folder / f"rank{r}.pt.trace.json.gz").write_bytes(
+            (DATA / "pytorch-cpu-gloo" / f"{job}_rank{r}.json.gz").read_bytes())
+    return folder
+
+
+def test_recorded_pytorch_cpu_ddp_ranks(tmp_path):
+    """Two DDP ranks on the CPU (gloo), each profiled into one folder (`torch_ddp_job.py`;
+    docs/trace-signals.md, "One worker's trace"). gloo's all-reduce is a `gloo:all_reduce`
+    annotation on its own threads, which had read as host compute: no collective at all. Both
+    ranks: 16% exposed, peers all here, a CPU remedy (ranks, threads), no straggler. Rank 0
+    alone: no group size on a CPU trace, but gloo collectives on its one device say the peer is
+    elsewhere. Measured on this machine: one process with both cores' threads and the global
+    batch ran 1.35-1.90x faster than the two ranks (3 pairs)."""
+    both = analyze(_gloo(tmp_path, "balanced", (0, 1)))
+    assert both.ctx.n_hosts == 2 and both.ctx.framework == "pytorch"
+    assert not both.ctx.has_accelerator and both.ctx.n_steps == 6
+    assert both.ctx.fractions["collective"] > 0.1
+    found = {f.id: f for f in both.findings}
+    coll = found["collective_overhead"]
+    assert "peers_outside" not in coll.numbers and coll.severity in ("medium", "high")
+    assert "torch.set_num_threads" in coll.remedy and "GPU" not in coll.remedy
+    assert "straggler_worker" not in found
+    alone = {f.id: f for f in analyze(_gloo(tmp_path, "balanced", (0,))).findings}
+    one = alone["collective_overhead"]
+    assert one.numbers["peers_outside"] and "group_size" not in one.numbers
+    assert one.remedy.startswith("First profile every rank") and "set_num_threads" in one.remedy
+
+
+def test_recorded_pytorch_cpu_ddp_straggler(tmp_path):
+    """Rank 1 runs 12 more matmuls per step: with both ranks' files rank 0 waits for it in
+    gloo's all-reduce, and `straggler_worker` names rank 1 and its compute (2.9x; untraced,
+    the balanced job's step is 3.2-3.9x shorter). Rank 0's file alone reads that wait as its
+    collective time, an upper bound."""
+    found = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0, 1))).findings}
+    f = found["straggler_worker"]
+    assert f.numbers["straggler"] == "rank1.pt" and f.numbers["cause"] == "compute"
+    assert f.severity == "high" and f.step_fraction > 0.5, f.evidence
+    alone = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0,))).findings}
+    assert alone["collective_overhead"].step_fraction > 0.5
+    assert any("upper bound" in e for e in alone["collective_overhead"].evidence)
