@@ -21,6 +21,7 @@ from analyzers.detectors import claims, dstate_threads, duplicated_input, io_sta
 from analyzers.events import TIMELINE_RUN
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.dataloader import WORKERS, LoaderFetches, loader_fetches
+from analyzers.signals.gil import GilWaits, input_holds_gil
 from analyzers.signals.input_pipeline import (
     MIN_INPUT_WAIT,
     RESHAPING_CAUSES,
@@ -85,6 +86,25 @@ _FIXES = {
 }
 
 
+# Measured on 2 cores (docs/trace-signals.md, "GIL waits"): the fix that takes the Python away
+# reaches the estimate, worker processes keep its CPU work beside the model's.
+_GIL_BOUND = ("; an upper bound for worker processes on a host without an accelerator: their "
+              "Python still runs on the model's cores (a PyDataset's batches built by 4 processes "
+              "on 2 cores: 1.3x; whole-batch NumPy instead of a loop over examples: 2.8x)")
+
+
+def _gil_note(gil: GilWaits) -> str:
+    holder = (f"the pipeline's Python ops (PyFunc) ran on tf.data threads during "
+              f"{gil.during_python_ops:.0%} of it" if gil.during_python_ops >= 0.5 else
+              "no traced Python op ran during most of it: Python threads the trace does not hold "
+              "had the GIL, such as a Keras PyDataset's or Sequence's worker threads "
+              "(workers > 1), which build the batches its generator hands over")
+    return (f"{gil.share:.0%} of step time the training thread waits to take the GIL back as "
+            f"TensorFlow calls return ({gil.ms_per_step:.1f} ms per step on average, "
+            f"{gil.count} waits of 0.2 ms or more): {holder}; neither the step's compute nor "
+            "the loop's own Python, it reads as per-call overhead without this")
+
+
 # A wait whose pipeline left no event is reported from this share of the step: below it, it is as
 # likely the get-next call's own cost under the tracer (a prefetched TF1 job's IteratorGetNext
 # took 7% of its RunMetadata timeline steps; docs/trace-signals.md, "TF1 RunMetadata timelines").
@@ -111,6 +131,13 @@ def detect(ctx: Context) -> Finding | None:
     sampler = summarize(ctx)
     cpu_bound, cpu_note = input_cpu_bound(ctx, pipe, sampler)
     causes = pipeline_causes(ctx, pipe)
+    # The pipeline's Python holding the GIL while the training thread needs it back: step time
+    # that no wait in the iterator shows (docs/trace-signals.md, "GIL waits").
+    gil = input_holds_gil(ctx)
+    held = gil.share if gil is not None else 0.0
+    if gil is not None:
+        causes.setdefault("python_function", "Python in the input pipeline "
+                                             "(Dataset.from_generator or py_function)")
     exposed = wait if wait >= MIN_INPUT_WAIT and (cpu_bound or causes) else 0.0
     n_cpus = ctx.n_cpus or (sampler.n_cpus if sampler else 1)
     step_ms = ctx.steps.median_step_ns() / 1e6
@@ -144,7 +171,7 @@ def detect(ctx: Context) -> Finding | None:
     sharing = (core_sharing(ctx) if producers and sampler is not None
                and not ctx.has_accelerator and not reshaping else None)
     slowdown = sharing.counted_slowdown if sharing else 1.0
-    if exposed == 0.0 and slowdown == 1.0:
+    if exposed == 0.0 and slowdown == 1.0 and not held:
         # Nothing below the stages: no parsing, no map-function ops, no reads.
         bare = (_only_wrappers(pipe.stage_paths) and not pipe.parse_ops_per_step
                 and not pipe.input_op_ms_per_step and not pipe.reads_files)
@@ -176,21 +203,27 @@ def detect(ctx: Context) -> Finding | None:
         # The fix takes the producers' work away: a step becomes the model's compute alone, at
         # the speed it has with the cores to itself. The profiler's per-element cost sits in the
         # wait and in the contention both, and the fix removes both (step_before_fix).
-        compute = step_ms * (1 - exposed)
+        compute = step_ms * (1 - exposed - held)
         after = compute / slowdown
         before, inflated = step_before_fix(ctx, after, step_ms)
         saved = 1 - after / before if before else 0.0
-        step_fraction = exposed + (1 - exposed) * (1 - 1 / slowdown)
+        step_fraction = exposed + held + (1 - exposed - held) * (1 - 1 / slowdown)
         against = (f"the untraced median step ({before:.1f} ms, run metadata; the profiled one "
                    f"took {step_ms / before:.2f}x as long)" if inflated
                    else f"the {before:.1f} ms profiled step")
-        estimate = (f"estimate: after the fix a step is the model's compute, {compute:.1f} ms as "
+        what = ("the model's compute and the loop's own Python, without the GIL waits"
+                if held else "the model's compute")
+        estimate = (f"estimate: after the fix a step is {what}, {compute:.1f} ms as "
                     f"traced{f' at {slowdown:.2f}x the speed' if slowdown > 1 else ''}: "
                     f"{after:.1f} ms against {against}")
+        if held and not ctx.has_accelerator:
+            estimate += _GIL_BOUND
     evidence = []
     if exposed:
         evidence.append(f"{wait:.0%} of step time the training thread waits for the next batch "
                         f"({wait * step_ms:.1f} ms of a {step_ms:.1f} ms median step)")
+    if gil is not None:
+        evidence.append(_gil_note(gil))
     if slowdown > 1:
         waking = ("" if sharing.waking_threads is None else
                   f"; threads runnable then and not while the step waits: "
@@ -232,6 +265,7 @@ def detect(ctx: Context) -> Finding | None:
         remedy="; ".join(remedies) + ".",
         numbers={"input_wait_fraction": round(wait, 4), "median_step_ms": round(step_ms, 3),
                  "contention_slowdown": round(slowdown, 3),
+                 "gil_wait_fraction": round(held, 4),
                  "runnable_threads": round(sharing.runnable, 2) if sharing else None,
                  "model_threads": round(sharing.model_threads, 2) if sharing else None,
                  "causes": sorted(causes),

@@ -21,6 +21,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.executions import PREFIX, executions, graph_builds
+from analyzers.signals.gil import gil_waits, input_holds_gil
 from analyzers.steps import covered_during, covered_ns, covered_per_step
 
 ID = "per_step_overhead"
@@ -32,6 +33,8 @@ STEPS_PER_CALL = 4
 # take turns (measured: 0% when the coordinator fetches every step's result, 85-99% when it
 # schedules ahead).
 TAKING_TURNS = 0.2
+# GIL waits no input pipeline explains are named in the evidence from this share of step time.
+MIN_GIL_NOTE = 0.05
 # Main-thread work other detectors already explain.
 _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 
@@ -58,6 +61,10 @@ def detect(ctx: Context) -> Finding | None:
     primitive = ex[~ex["function"]]
     s = np.concatenate([rs, primitive["start_ns"].to_numpy(), other["start_ns"].to_numpy()])
     e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy()])
+    # Waits for the GIL held by the input pipeline's Python are `input_preprocessing`'s.
+    held = input_holds_gil(ctx)
+    if held is not None:
+        s, e = np.concatenate([s, held.start_ns]), np.concatenate([e, held.end_ns])
     total_ns = ctx.total_step_ns
     # Retracing (graph building, then instantiation inside the new function's first execution)
     # is `function_retracing`'s: with it present, whole function spans count as explained.
@@ -94,15 +101,28 @@ def detect(ctx: Context) -> Finding | None:
     evidence = [
         f"the compiled step runs {run_share:.0%} of step time; {around} {overhead:.0%} "
         f"({per_call_ns / 1e6:.2f} ms per call, median, in a {step_ms:.2f} ms median step; "
-        "input waits, conversions and copies left out: other findings cover them)",
+        f"input waits{', GIL waits on the input pipeline' if held is not None else ''}, "
+        "conversions and copies left out: other findings cover them)",
         f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
         f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
     ]
+    gil = gil_waits(ctx)
+    if held is None and gil.share >= MIN_GIL_NOTE:
+        evidence.append(
+            f"{gil.share:.0%} of step time of it the training thread waits to take the GIL back "
+            f"as TensorFlow calls return ({gil.count} waits of 0.2 ms or more): another thread "
+            "of the process runs Python beside the loop (a callback's or logger's thread, a "
+            "data thread outside tf.data); fewer calls wait fewer times, and that thread is "
+            "worth a look (docs/trace-signals.md, \"GIL waits\")")
+        numbers_gil = round(gil.share, 4)
+    else:
+        numbers_gil = None
     remedy = (f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
               "loop over batches inside the tf.function (tf.range); or use a larger batch so "
               "each call does more work (seed 000).")
     numbers = {"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
-               "batches_per_call": per_call, "suggested_steps_per_call": suggest}
+               "batches_per_call": per_call, "suggested_steps_per_call": suggest,
+               "gil_wait_fraction": numbers_gil}
     if together is not None:
         numbers["workers_running_together"] = round(together, 4)
         if together < TAKING_TURNS:

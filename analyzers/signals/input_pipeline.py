@@ -25,7 +25,7 @@ _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|Parse
                         r"DecodeCSV|DecodeJSONExample|DecodeRaw|DecodeProtoV2|ParseTensor)$")
 # Ops that call back into Python: tf.numpy_function / from_generator (`PyFunc`,
 # `PyFuncStateless`) and tf.py_function (`EagerPyFunc`) (docs/trace-signals.md, "tf.data").
-_PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 _FILE_OPS = frozenset({"ReadFile"})  # tf.io.read_file in a map
 # File-reading stages, by the dataset type TF names their iterators with (TFRecordDataset ->
 # `TFRecord`, CsvDataset -> `CSV`, Dataset.load -> `Load`, snapshot -> `Snapshot`).
@@ -114,7 +114,7 @@ def _analyze(ctx: Context) -> InputPipeline:
     # wrappers enclose them and would count the same time twice.
     is_op = ~is_stage & cat_mask(wname, lambda n: ":" in n and "::" not in n)
     is_parse = is_op & cat_mask(work["op_type"], _PARSE_OPS.match)
-    is_python = is_op & cat_mask(work["op_type"], _PYTHON_OPS.__contains__)
+    is_python = is_op & cat_mask(work["op_type"], PYTHON_OPS.__contains__)
     # `from_tensor_slices(paths).map(tf.io.read_file)` reads files with no reader stage.
     is_file_op = is_op & cat_mask(work["op_type"], _FILE_OPS.__contains__)
     is_string_hash = is_op & (cause_codes(wname) == CAUSE_IDS.index("ints_as_strings"))
@@ -306,9 +306,12 @@ def input_cpu_bound(ctx: Context, pipe: InputPipeline, sampler) -> tuple[bool, s
                       f"{sampler.n_cpus} CPUs during the steps; input threads "
                       f"{sampler.input_cpu_share:.0%} of its CPU time")
     share = pipe.input_op_ms_per_step / wait_ms if wait_ms > 0 else 0.0
+    # Ops that outlast the wait ran while the step computed (prefetched, or Python the step
+    # waited on for the GIL instead: signals/gil.py).
+    of_wait = f"{share:.0%} of the wait" if share <= 1 else f"{share:.1f}x the wait"
     return share >= CPU_BOUND_OP_SHARE, (
         f"no sampler data: map-function ops take {pipe.input_op_ms_per_step:.1f} ms per step, "
-        f"{share:.0%} of the wait (storage waits and in-reader decompression look alike "
+        f"{of_wait} (storage waits and in-reader decompression look alike "
         f"without it; capture with `recadvisor capture` to tell them apart)")
 
 
