@@ -18,7 +18,9 @@ and a trace with none of these gets an explicit "no steps found".
 A step spans from its marker's start to the next marker's start, so time between steps (Python,
 input fetch outside the marker) belongs to a step. The breakdown gives each instant of a step to
 the highest-priority category active then (CATEGORIES order): compute first, so input waits, copies
-and collectives count only where they are exposed, not where they overlap compute.
+and collectives count only where they are exposed, not where they overlap compute. The step
+thread's waits for the GIL as TensorFlow calls return (analyzers/gil_returns.py) are no event of
+their own: they are the ends of framework spans, and take their category from there.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from analyzers.events import (
     thread_mask,
     with_end,
 )
+from analyzers.gil_returns import return_waits
 
 # Breakdown categories, highest priority first, with the event kinds feeding each. A launch (the
 # host issuing device work, CUDA API calls and the ops around them) outranks a wait: an iterator
@@ -66,6 +69,9 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "launch": ("launch",),
     "input_wait": ("input_wait",),
     "convert": ("convert",),
+    # No event has this kind: the step thread's waits to take the GIL back, the tail of a
+    # framework span (_add_gil_waits).
+    "gil_wait": ("gil_wait",),
     "framework": ("framework",),
     # The host blocked until the device catches up (a synchronize, a copy to pageable memory), or
     # a stream waiting on another, while nothing above ran: no device work, no host work.
@@ -701,6 +707,8 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
     cover = _cumulative_cover(events, w_start, w_end).astype(np.int64)
+    if thread is not None:
+        _add_gil_waits(cover, events, thread, w_start, w_end)
     prev = np.zeros(len(windows), dtype=np.int64)
     for cat, c in zip(CATEGORIES, cover, strict=True):
         out[cat] = c - prev
@@ -708,6 +716,35 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     out[IDLE] = out["dur_ns"] - prev
     return Steps(out[cols].astype(np.int64), source, line, thread, left_out, epoch_ends,
                  epoch_rows)
+
+
+_GIL = list(CATEGORIES).index("gil_wait")
+_ABOVE_GIL = frozenset(k for c in list(CATEGORIES)[:_GIL] for k in CATEGORIES[c])
+
+
+def _add_gil_waits(cover: np.ndarray, events: pd.DataFrame, thread: Thread,
+                   w_start: np.ndarray, w_end: np.ndarray) -> None:
+    """Give the step thread's GIL waits the part of each step that no category above them
+    covers. Each lies inside its binding's span, framework time, so the categories from
+    framework on cover it already: only the gil_wait row grows, and framework shrinks by as
+    much."""
+    ws, we = return_waits(events, thread_mask(events, thread), int(w_start[0]), int(w_end[-1]))
+    if not len(ws):
+        return
+    rows = np.flatnonzero(cat_mask(events["kind"], _ABOVE_GIL.__contains__))
+    s = events["start_ns"].to_numpy(np.int64)[rows]
+    e = EndTimes(events)[rows]
+    # Only events that overlap a wait change what it adds (waits are sorted and disjoint).
+    k = np.searchsorted(ws, e, side="left") - 1
+    near = (k >= 0) & (we[np.maximum(k, 0)] > s)
+    s, e = s[near], e[near]
+    above = covered_per_step(s, e, w_start, w_end)
+    with_waits = covered_per_step(np.concatenate([ws, s]), np.concatenate([we, e]), w_start,
+                                  w_end)
+    cover[_GIL] += with_waits - above
+    # A guard: a wait outside every framework span would otherwise leave framework negative.
+    for i in range(_GIL + 1, len(cover)):
+        np.maximum(cover[i], cover[_GIL], out=cover[i])
 
 
 def window_at(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ KIND_COLORS = {
     "d2d": "#c5b0d5", "collective": "#9467bd", "launch": "#bcbd22", "sync": "#dbdb8d",
     "device_compute": "#2ca02c",
     "host_op": "#98df8a", "convert": "#e377c2", "framework": "#7f7f7f", "other": "#c7c7c7",
+    "gil_wait": "#8c564b",
 }
 # A step category takes the colour of the first kind it is fed by (analyzers.steps.CATEGORIES).
 CATEGORY_COLORS = {cat: KIND_COLORS[kinds[0]] for cat, kinds in CATEGORIES.items()} | {

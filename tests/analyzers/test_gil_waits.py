@@ -41,6 +41,8 @@ def test_one_worker_pydataset_holds_the_gil_during_its_pyfunc(tmp_path):
     report = _recorded(tmp_path, "pydataset")
     gil = gil_waits(report.ctx)
     assert 0.55 < gil.share < 0.75 and gil.during_python_ops > 0.95, gil
+    fr = report.ctx.fractions
+    assert fr["gil_wait"] == gil.share and fr["framework"] < 0.15, fr
     found = _by_id(report)
     f = found["input_preprocessing"]
     assert f.severity == "high" and f.numbers["causes"] == ["python_function"], f
@@ -72,13 +74,17 @@ def test_worker_processes_leave_the_gil_to_the_loop(tmp_path):
     assert not any("take the GIL back" in e for f in found.values() for e in f.evidence), found
 
 
-def _late_returns(tmp_path: Path, *, gil_ms: float, python_input: bool):
+def _late_returns(tmp_path: Path, *, gil_ms: float, python_input: bool, op_ms: float = 0):
     """8 steps of 20 ms: a 4 ms train-function call whose binding (`TFE_Py_ExecuteCancelable`)
     returns `gil_ms` after it, while a generator's 14 ms PyFunc runs on a tf.data thread (or,
-    without `python_input`, a pipeline of readers and parse ops alone)."""
+    without `python_input`, a pipeline of readers and parse ops alone); an op of another
+    thread's runs for the first `op_ms` of the wait."""
     def per_step(b, host, main, comp, t0, i):
         c0 = t0 + MS // 2
         main.event("TFE_Py_ExecuteCancelable", c0 - 20_000, int((4 + gil_ms) * MS) + 20_000)
+        if op_ms:
+            other = host.line("tf_Compute/60", line_id=60)
+            other.event("eval/MatMul:MatMul", c0 + 4 * MS, int(op_ms * MS))
         if python_input:
             it = host.line("tf_data_iterator_resource/50", line_id=50)
             it.event("Iterator::Root::Prefetch::FlatMap[0]::Generator", c0, int(14 * MS))
@@ -99,6 +105,19 @@ def test_code_built_late_returns_under_a_pyfunc_are_the_pipelines(tmp_path):
     f = _by_id(report)["input_preprocessing"]
     assert f.numbers["gil_wait_fraction"] == pytest.approx(0.5, abs=0.01)
     assert f.severity == "high" and "python_function" in f.numbers["causes"]
+    # The step breakdown gives the waits their own category, out of framework time.
+    fr = report.ctx.fractions
+    assert fr["gil_wait"] == pytest.approx(0.5, abs=0.01) and fr["framework"] < 0.01, fr
+
+
+def test_code_built_ops_running_during_a_wait_keep_their_time(tmp_path):
+    """The breakdown ranks ops above the wait: a 4 ms op of another thread in each 10 ms wait
+    leaves 6 ms of it."""
+    report = _late_returns(tmp_path, gil_ms=10, python_input=True, op_ms=4)
+    fr = report.ctx.fractions
+    assert fr["gil_wait"] == pytest.approx(0.3, abs=0.01), fr
+    assert fr["host_compute"] == pytest.approx(0.4, abs=0.01), fr
+    assert (report.ctx.steps.table["gil_wait"] > 0).all()
 
 
 @pytest.mark.parametrize("gil_ms", [0.05, 0.15])
