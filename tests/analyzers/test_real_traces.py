@@ -76,7 +76,10 @@ def test_a_keras_pydataset_gets_its_own_remedy(foreign, mode):
     """A Keras 3 PyDataset building each batch in Python reaches tf.data as a
     Dataset.from_generator: with one worker Keras prefetches, with 4 worker threads it fills its
     own queue instead (no tf.data prefetch) and the threads hold the GIL against the training
-    loop (2.4x slower untraced). The remedy names processes (use_multiprocessing=True)."""
+    loop (2.4x slower untraced). The remedy names processes (use_multiprocessing=True). Where a
+    batch takes longer to build than the step, one worker's steps hardly wait in the iterator: the
+    training thread waits for the GIL instead (docs/trace-signals.md, "GIL waits"), which read
+    `low` before the analyzer named it."""
     f = {f.id: f for f in analyze(foreign(mode)).findings}["input_preprocessing"]
     assert f.severity in ("medium", "high") and "python_function" in f.numbers["causes"], f
     assert ("no_prefetch" in f.numbers["causes"]) == (mode == "pydataset_threads"), f
