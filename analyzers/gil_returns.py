@@ -24,7 +24,7 @@ MIN_WAIT_NS = 200_000
 
 def return_waits(events: pd.DataFrame, on_thread: np.ndarray, lo: int, hi: int
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The waits ([start, end) ns, in start order) of the bindings' spans on the rows
+    """The waits ([start, end) ns, disjoint, in start order) of the bindings' spans on the rows
     `on_thread` (a mask of one thread's events, or of several threads that take turns) that
     overlap [lo, hi)."""
     none = np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -43,9 +43,16 @@ def return_waits(events: pd.DataFrame, on_thread: np.ndarray, lo: int, hi: int
     order = np.lexsort((-ends, starts))
     starts, ends = starts[order], ends[order]
     api = np.flatnonzero((is_api & near)[order])
-    stop = np.searchsorted(starts, ends[api], side="left")
-    last = np.array([ends[i + 1:j].max(initial=starts[i]) for i, j in zip(api, stop, strict=True)],
-                    dtype=np.int64)
-    wait_s, wait_e = last, ends[api]
-    long = wait_e - wait_s >= MIN_WAIT_NS
-    return wait_s[long], wait_e[long]
+    first, stop = api + 1, np.searchsorted(starts, ends[api], side="left")
+    # max(ends[first:stop]) for every span at once: reduceat over (first, stop) pairs, read at
+    # the pairs' first index (a sentinel closes the last slice).
+    bounds = np.empty(2 * len(api), np.intp)
+    bounds[0::2], bounds[1::2] = first, stop
+    most = np.maximum.reduceat(np.append(ends, 0), bounds)[0::2]
+    wait_s, wait_e = most, ends[api]
+    # A span without children says nothing of when the runtime's work ended: its time may be
+    # its own.
+    long = (stop > first) & (wait_e - wait_s >= MIN_WAIT_NS)
+    # An outer span's wait comes after those of the spans nested in it.
+    by_start = np.argsort(wait_s[long], kind="stable")
+    return wait_s[long][by_start], wait_e[long][by_start]

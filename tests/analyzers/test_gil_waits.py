@@ -13,8 +13,11 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
+from analyzers.gil_returns import return_waits
 from analyzers.report import analyze
 from analyzers.signals.gil import gil_waits
 from tests.analyzers.traces import MS, host_trace
@@ -140,3 +143,24 @@ def test_code_built_late_returns_without_python_input_stay_per_call_overhead(tmp
     overhead = found["per_step_overhead"]
     assert overhead.numbers["gil_wait_fraction"] == pytest.approx(0.5, abs=0.01)
     assert any("another thread of the process runs Python" in e for e in overhead.evidence)
+
+
+def test_return_waits_on_nested_and_childless_spans():
+    """The wait is what a binding's span lasts after its last descendant: an inner binding's
+    own late return is its wait, not its parent's; a span without children is no evidence."""
+    us = 1_000
+    rows = [  # name, start, duration (us)
+        ("TFE_Py_ExecuteCancelable", 0, 5000),        # its last descendant ends at 2000: 3 ms
+        ("EagerExecute", 100, 1900),
+        ("TFE_Py_FastPathExecute_C", 150, 1000),      # child ends at 400: 0.75 ms
+        ("EagerLocalExecute: MatMul", 160, 240),
+        ("TFE_Py_FastPathExecute_C", 6000, 1000),     # no children
+        ("TFE_Py_FastPathExecute_C", 8000, 300),      # returns 0.15 ms late: no wait
+        ("EagerExecute", 8050, 100),
+    ]
+    ev = pd.DataFrame({"name": pd.Categorical([r[0] for r in rows]),
+                       "start_ns": np.array([r[1] * us for r in rows], np.int64),
+                       "dur_ns": np.array([r[2] * us for r in rows], np.int64)})
+    s, e = return_waits(ev, np.ones(len(ev), bool), 0, 10_000 * us)
+    assert list(zip(s // us, e // us, strict=True)) == [(400, 1150), (2000, 5000)]
+    assert return_waits(ev, np.ones(len(ev), bool), 9_000 * us, 10_000 * us)[0].size == 0
