@@ -55,7 +55,7 @@ def test_runs_page_lists_every_run_with_its_top_finding(monkeypatch, dash_root):
     assert runs[slow].startswith("high: input_preprocessing"), runs
     assert not runs[clean].startswith(("high", "medium")), runs
     assert df.set_index("run").loc[slow, "samples/s"] > 0
-    assert "preset low_parallelism" in df.set_index("run").loc[slow, "config"]
+    assert f"preset {SLOW_PRESET}" in df.set_index("run").loc[slow, "config"]
     # The corrupt run is listed; its analysis error is a one-line message, not a traceback.
     assert CORRUPT_RUN in runs and runs[CORRUPT_RUN].startswith("unreadable")
     errors = [e.value for e in at.error]
@@ -71,9 +71,9 @@ def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, da
     assert "The input pipeline holds up training" in text
     assert ":red-badge[HIGH]" in text  # the card's severity
     fix = [c.value for c in at.code]
-    # The input finding's fix undoes the preset (one reader, no prefetch): back to the defaults.
+    # The input finding's fix undoes the preset (one example per record, parsed one at a time).
     assert fix[0].startswith("recadvisor train"), fix
-    assert "--cycle-length 1" not in fix[0] and "--prefetch 0" not in fix[0], fix
+    assert "--record-format prebatched" in fix[0] and "--parse batched" in fix[0], fix
     assert _charts(at) == 3  # breakdown, timeline, thread states
     assert len(at.get("download_button")) == 1  # the JSON report
     step = at.selectbox(key="timeline_step")
