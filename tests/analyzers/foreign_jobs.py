@@ -531,9 +531,11 @@ def tf1_ps_job(kind: str) -> None:
             if time.time() > deadline or any(q.poll() is not None for q in procs):
                 raise SystemExit("the TF1 workers did not start")
             time.sleep(0.2)
+        # 6 s: on a machine whose compute ran at half the speed, TF1 Adam's traced steps took
+        # ~700 ms and a 3 s window held 3-4 of them.
         with contextlib.suppress(RuntimeError):
             tf.profiler.experimental.client.trace(
-                ",".join(f"grpc://localhost:{port}" for *_, port in tasks), logdir, 3000)
+                ",".join(f"grpc://localhost:{port}" for *_, port in tasks), logdir, 6000)
         (flags / "stop").touch()
         print(procs[1].communicate(timeout=60)[0], end="", flush=True)
     finally:
