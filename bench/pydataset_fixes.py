@@ -1,0 +1,111 @@
+"""What the remedies for a Keras PyDataset that holds the GIL buy: untraced step time of the same
+Keras fit (a 64-256-1 MLP, batches of 256 Criteo-like rows) fed four ways, against the baseline
+`loop` (one worker, each batch built one example at a time in Python: what
+`tests/analyzers/foreign_jobs.py pydataset` records; docs/trace-signals.md, "GIL waits").
+
+- `loop`: the baseline, `PyDataset(workers=1)`: Keras' generator runs `__getitem__` on a tf.data
+  thread, under the GIL the training loop needs back after each call;
+- `vectorized`: the same batch built with whole-array NumPy (the remedy's "less Python per batch");
+- `processes`: the loop in 4 worker processes (`use_multiprocessing=True`);
+- `precomputed`: 64 batches built before the fit and handed out again (no Python work per batch:
+  the floor).
+
+Each variant runs in its own process, variants interleaved over --repeats rounds; each times
+--steps steps after 5 warm-up steps. Prints the median step per variant and its speedup over
+`loop`.
+
+    .venv/bin/python bench/pydataset_fixes.py [--repeats 3] [--steps 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+VARIANTS = ("loop", "vectorized", "processes", "precomputed")
+
+
+def child(variant: str, steps: int) -> float:
+    """Mean step time (ms) over one fit of `steps` steps (Keras times no single step)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tensorflow as tf
+
+    def loop(i: int) -> tuple[np.ndarray, np.ndarray]:
+        r = np.random.default_rng(i)
+        rows = []
+        for _ in range(256):
+            ids = r.integers(0, 1 << 40, size=26)
+            hashed = np.log1p((ids * 0x9E3779B1 + 7) % (1 << 31)).astype("float32") / 100
+            rows.append(np.concatenate([hashed, r.normal(size=38).astype("float32")]))
+        x = np.stack(rows)
+        return x, (x[:, 0] > 0.2).astype("float32")
+
+    def vectorized(i: int) -> tuple[np.ndarray, np.ndarray]:
+        r = np.random.default_rng(i)
+        ids = r.integers(0, 1 << 40, size=(256, 26))
+        hashed = np.log1p((ids * 0x9E3779B1 + 7) % (1 << 31)).astype("float32") / 100
+        x = np.concatenate([hashed, r.normal(size=(256, 38)).astype("float32")], axis=1)
+        return x, (x[:, 0] > 0.2).astype("float32")
+
+    ready = [loop(i) for i in range(64)] if variant == "precomputed" else []
+    build = {"loop": loop, "processes": loop, "vectorized": vectorized,
+             "precomputed": lambda i: ready[i % 64]}[variant]
+
+    class Batches(tf.keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return 10_000
+
+        def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+            return build(i)
+
+    kwargs = {"workers": 4, "use_multiprocessing": True} if variant == "processes" else {}
+    data = Batches(**kwargs)
+    model = tf.keras.Sequential([tf.keras.Input((64,)),
+                                 tf.keras.layers.Dense(256, activation="relu"),
+                                 tf.keras.layers.Dense(1)])
+    model.compile("adam", "binary_crossentropy")
+    model.fit(data, steps_per_epoch=5, epochs=1, verbose=0)
+    t = time.perf_counter()
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    return (time.perf_counter() - t) / steps * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(f"step_ms={child(args.child, args.steps):.3f}", flush=True)
+        return 0
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for _ in range(args.repeats):
+        for v in VARIANTS:
+            out = subprocess.run([sys.executable, __file__, "--child", v, "--steps",
+                                  str(args.steps)], capture_output=True, text=True, timeout=600,
+                                 check=True).stdout
+            times[v].append(float(out.rsplit("step_ms=", 1)[1]))
+    base = statistics.median(times["loop"])
+    table = Table(title=f"Keras PyDataset remedies, {args.steps} steps, {args.repeats} rounds "
+                        f"interleaved (median; baseline: loop)")
+    for col in ("variant", "step ms (median)", "min-max", "speedup vs loop"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for v in VARIANTS:
+        med = statistics.median(times[v])
+        table.add_row(v, f"{med:.2f}", f"{min(times[v]):.2f}-{max(times[v]):.2f}",
+                      f"{base / med:.2f}x")
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
