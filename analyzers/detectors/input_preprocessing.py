@@ -93,6 +93,10 @@ _GIL_BOUND = ("; an upper bound for worker processes on a host without an accele
               "on 2 cores: 1.3x; whole-batch NumPy instead of a loop over examples: 2.8x)")
 
 
+def _longest(ranges: list[tuple[float, float]], top: int = 5) -> list[tuple[float, float]]:
+    return sorted(ranges, key=lambda r: r[0] - r[1])[:top]
+
+
 def _gil_note(gil: GilWaits) -> str:
     holder = (f"the pipeline's Python ops (PyFunc) ran on tf.data threads during "
               f"{gil.during_python_ops:.0%} of it" if gil.during_python_ops >= 0.5 else
@@ -276,7 +280,7 @@ def detect(ctx: Context) -> Finding | None:
                  "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6],
                  **(volume.numbers() if volume else {})},
         top_events=pipe.top_events,
-        time_ranges_ms=input_wait_ranges(ctx),
+        time_ranges_ms=_longest(input_wait_ranges(ctx) + (gil.longest_ms() if gil else [])),
         config_changes=changes,
     )
 

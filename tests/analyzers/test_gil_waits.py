@@ -52,6 +52,11 @@ def test_one_worker_pydataset_holds_the_gil_during_its_pyfunc(tmp_path):
     assert f.numbers["input_wait_fraction"] < 0.02 and f.numbers["gil_wait_fraction"] > 0.55
     assert any("take the GIL back" in e and "(PyFunc)" in e for e in f.evidence), f.evidence
     assert "use_multiprocessing=True" in f.remedy
+    # The dashboard shades a finding's time ranges: here the longest GIL waits (7-14 ms), not
+    # the iterator's sub-millisecond waits.
+    spans = [b - a for a, b in f.time_ranges_ms]
+    assert len(spans) == 5 and min(spans) > 5, f.time_ranges_ms
+    assert any(abs(a * 1e6 - s) < 1e3 for a, _ in f.time_ranges_ms for s in gil.start_ns)
     # The per-call overhead left is the loop's own, and its estimate no longer holds the waits.
     overhead = found["per_step_overhead"]
     assert overhead.numbers["overhead_fraction"] < 0.2 and overhead.speedup < 1.2, overhead
