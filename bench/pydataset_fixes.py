@@ -25,9 +25,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 VARIANTS = ("loop", "vectorized", "processes", "precomputed")
 
@@ -38,25 +41,10 @@ def child(variant: str, steps: int) -> float:
     import numpy as np
     import tensorflow as tf
 
-    def loop(i: int) -> tuple[np.ndarray, np.ndarray]:
-        r = np.random.default_rng(i)
-        rows = []
-        for _ in range(256):
-            ids = r.integers(0, 1 << 40, size=26)
-            hashed = np.log1p((ids * 0x9E3779B1 + 7) % (1 << 31)).astype("float32") / 100
-            rows.append(np.concatenate([hashed, r.normal(size=38).astype("float32")]))
-        x = np.stack(rows)
-        return x, (x[:, 0] > 0.2).astype("float32")
+    from tests.analyzers.pydataset_rows import rows_in_a_loop, rows_vectorized
 
-    def vectorized(i: int) -> tuple[np.ndarray, np.ndarray]:
-        r = np.random.default_rng(i)
-        ids = r.integers(0, 1 << 40, size=(256, 26))
-        hashed = np.log1p((ids * 0x9E3779B1 + 7) % (1 << 31)).astype("float32") / 100
-        x = np.concatenate([hashed, r.normal(size=(256, 38)).astype("float32")], axis=1)
-        return x, (x[:, 0] > 0.2).astype("float32")
-
-    ready = [loop(i) for i in range(64)] if variant == "precomputed" else []
-    build = {"loop": loop, "processes": loop, "vectorized": vectorized,
+    ready = [rows_in_a_loop(i) for i in range(64)] if variant == "precomputed" else []
+    build = {"loop": rows_in_a_loop, "processes": rows_in_a_loop, "vectorized": rows_vectorized,
              "precomputed": lambda i: ready[i % 64]}[variant]
 
     class Batches(tf.keras.utils.PyDataset):

@@ -967,6 +967,8 @@ elif mode in ("keras_epochs", "keras_epochs_repeat", "keras_validation", "keras_
         board = tf.keras.callbacks.TensorBoard(logdir, profile_batch=(8, 32))
         model.fit(epochs=3, verbose=0, callbacks=[board], **fit)
 elif mode.startswith("pydataset"):
+    from pydataset_rows import rows_in_a_loop  # beside this script, on its sys.path
+
     class Batches(tf.keras.utils.PyDataset):
         """Batches of 256 Criteo-like rows (26 hashed ids, 38 numbers) built one example at a
         time in Python, as record-by-record loaders do (~4 ms a batch)."""
@@ -974,14 +976,7 @@ elif mode.startswith("pydataset"):
             return 10_000
 
         def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-            r = np.random.default_rng(i)
-            rows = []
-            for _ in range(256):
-                ids = r.integers(0, 1 << 40, size=26)
-                hashed = np.log1p((ids * 0x9E3779B1 + 7) % (1 << 31)).astype("float32") / 100
-                rows.append(np.concatenate([hashed, r.normal(size=38).astype("float32")]))
-            x = np.stack(rows)
-            return x, (x[:, 0] > 0.2).astype("float32")
+            return rows_in_a_loop(i)
     workers = {"pydataset": {}, "pydataset_threads": {"workers": 4},
                "pydataset_processes": {"workers": 4, "use_multiprocessing": True}}[mode]
     fit_timed(mlp(64, 256), Batches(**workers), timed=150, then=20)
