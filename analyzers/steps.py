@@ -132,6 +132,10 @@ class Steps:
     # (_iterator_epochs).
     epoch_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
     epoch_rows: int | None = None
+    # The step thread's GIL waits (analyzers/gil_returns.py), [start, end) ns: the gil_wait
+    # column's source, kept for the signal that says who held the GIL.
+    gil_waits: tuple[np.ndarray, np.ndarray] = field(
+        default_factory=lambda: (np.zeros(0, np.int64), np.zeros(0, np.int64)))
 
     @property
     def found(self) -> bool:
@@ -707,28 +711,28 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     out = windows.copy()
     out["dur_ns"] = w_end - w_start
     cover = _cumulative_cover(events, w_start, w_end).astype(np.int64)
-    if thread is not None:
-        _add_gil_waits(cover, events, thread, w_start, w_end)
+    waits = (return_waits(events, thread_mask(events, thread), int(w_start[0]), int(w_end[-1]))
+             if thread is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    _add_gil_waits(cover, events, *waits, w_start, w_end)
     prev = np.zeros(len(windows), dtype=np.int64)
     for cat, c in zip(CATEGORIES, cover, strict=True):
         out[cat] = c - prev
         prev = c
     out[IDLE] = out["dur_ns"] - prev
     return Steps(out[cols].astype(np.int64), source, line, thread, left_out, epoch_ends,
-                 epoch_rows)
+                 epoch_rows, waits)
 
 
 _GIL = list(CATEGORIES).index("gil_wait")
 _ABOVE_GIL = frozenset(k for c in list(CATEGORIES)[:_GIL] for k in CATEGORIES[c])
 
 
-def _add_gil_waits(cover: np.ndarray, events: pd.DataFrame, thread: Thread,
+def _add_gil_waits(cover: np.ndarray, events: pd.DataFrame, ws: np.ndarray, we: np.ndarray,
                    w_start: np.ndarray, w_end: np.ndarray) -> None:
-    """Give the step thread's GIL waits the part of each step that no category above them
-    covers. Each lies inside its binding's span, framework time, so the categories from
+    """Give the step thread's GIL waits [ws, we) the part of each step that no category above
+    them covers. Each lies inside its binding's span, framework time, so the categories from
     framework on cover it already: only the gil_wait row grows, and framework shrinks by as
     much."""
-    ws, we = return_waits(events, thread_mask(events, thread), int(w_start[0]), int(w_end[-1]))
     if not len(ws):
         return
     rows = np.flatnonzero(cat_mask(events["kind"], _ABOVE_GIL.__contains__))

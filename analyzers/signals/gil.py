@@ -77,10 +77,13 @@ def _gil_waits(ctx: Context) -> GilWaits:
     if not len(t) or not ctx.call_threads:
         return none
     ev = ctx.events
-    on_calls = np.zeros(len(ev), bool)
-    for _, thread in ctx.call_threads:
-        on_calls |= thread_mask(ev, thread)
-    wait_s, wait_e = return_waits(ev, on_calls, int(w_start[0]), int(w_end[-1]))
+    if len(ctx.call_threads) == 1:  # the step thread: the breakdown read its waits
+        wait_s, wait_e = ctx.steps.gil_waits
+    else:
+        on_calls = np.zeros(len(ev), bool)
+        for _, thread in ctx.call_threads:
+            on_calls |= thread_mask(ev, thread)
+        wait_s, wait_e = return_waits(ev, on_calls, int(w_start[0]), int(w_end[-1]))
     if not len(wait_s):
         return none
     # The step breakdown's share (the waits on the step thread that no op or copy overlaps), so
