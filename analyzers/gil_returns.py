@@ -22,6 +22,12 @@ API_PREFIX = "TFE_Py_"
 MIN_WAIT_NS = 200_000
 
 
+def has_api_spans(events: pd.DataFrame) -> bool:
+    """Whether any binding span is in the table (none in PyTorch or TF1 timeline traces): a
+    look at the name column's categories, so a trace without them costs no per-row mask."""
+    return any(str(c).startswith(API_PREFIX) for c in events["name"].cat.categories)
+
+
 def return_waits(events: pd.DataFrame, on_thread: np.ndarray, lo: int, hi: int
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The waits ([start, end) ns, disjoint, in start order) of the bindings' spans on the rows

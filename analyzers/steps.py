@@ -54,7 +54,7 @@ from analyzers.events import (
     thread_mask,
     with_end,
 )
-from analyzers.gil_returns import return_waits
+from analyzers.gil_returns import has_api_spans, return_waits
 
 # Breakdown categories, highest priority first, with the event kinds feeding each. A launch (the
 # host issuing device work, CUDA API calls and the ops around them) outranks a wait: an iterator
@@ -712,7 +712,8 @@ def step_breakdown(events: pd.DataFrame) -> Steps:
     out["dur_ns"] = w_end - w_start
     cover = _cumulative_cover(events, w_start, w_end).astype(np.int64)
     waits = (return_waits(events, thread_mask(events, thread), int(w_start[0]), int(w_end[-1]))
-             if thread is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+             if thread is not None and has_api_spans(events)
+             else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
     _add_gil_waits(cover, events, *waits, w_start, w_end)
     prev = np.zeros(len(windows), dtype=np.int64)
     for cat, c in zip(CATEGORIES, cover, strict=True):

@@ -20,6 +20,7 @@ from analyzers.context import Context
 from analyzers.detectors import claims, dstate_threads, duplicated_input, io_stall
 from analyzers.events import TIMELINE_RUN
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.gil_returns import MIN_WAIT_NS
 from analyzers.signals.dataloader import WORKERS, LoaderFetches, loader_fetches
 from analyzers.signals.gil import GilWaits, input_holds_gil
 from analyzers.signals.input_pipeline import (
@@ -93,10 +94,6 @@ _GIL_BOUND = ("; an upper bound for worker processes on a host without an accele
               "on 2 cores: 1.3x; whole-batch NumPy instead of a loop over examples: 2.8x)")
 
 
-def _longest(ranges: list[tuple[float, float]], top: int = 5) -> list[tuple[float, float]]:
-    return sorted(ranges, key=lambda r: r[0] - r[1])[:top]
-
-
 def _gil_note(gil: GilWaits) -> str:
     holder = (f"the pipeline's Python ops (PyFunc) ran on tf.data threads during "
               f"{gil.during_python_ops:.0%} of it" if gil.during_python_ops >= 0.5 else
@@ -105,7 +102,8 @@ def _gil_note(gil: GilWaits) -> str:
               "(workers > 1), which build the batches its generator hands over")
     return (f"{gil.share:.0%} of step time the training thread waits to take the GIL back as "
             f"TensorFlow calls return ({gil.ms_per_step:.1f} ms per step on average, "
-            f"{gil.count} waits of 0.2 ms or more): {holder}; neither the step's compute nor "
+            f"{gil.count} waits of {MIN_WAIT_NS / 1e6:g} ms or more): {holder}; neither the "
+            "step's compute nor "
             "the loop's own Python, it reads as per-call overhead without this")
 
 
@@ -280,7 +278,7 @@ def detect(ctx: Context) -> Finding | None:
                  "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6],
                  **(volume.numbers() if volume else {})},
         top_events=pipe.top_events,
-        time_ranges_ms=_longest(input_wait_ranges(ctx) + (gil.longest_ms() if gil else [])),
+        time_ranges_ms=input_wait_ranges(ctx, also=(gil.start_ns, gil.end_ns) if gil else None),
         config_changes=changes,
     )
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.gil_returns import MIN_WAIT_NS
 from analyzers.signals.executions import PREFIX, executions, graph_builds
 from analyzers.signals.gil import gil_waits, input_holds_gil
 from analyzers.steps import covered_during, covered_ns, covered_per_step
@@ -110,7 +111,8 @@ def detect(ctx: Context) -> Finding | None:
     if held is None and gil.share >= MIN_GIL_NOTE:
         evidence.append(
             f"{gil.share:.0%} of step time of it the training thread waits to take the GIL back "
-            f"as TensorFlow calls return ({gil.count} waits of 0.2 ms or more): another thread "
+            f"as TensorFlow calls return ({gil.count} waits of {MIN_WAIT_NS / 1e6:g} ms or "
+            "more): another thread "
             "of the process runs Python beside the loop (a callback's or logger's thread, a "
             "data thread outside tf.data); fewer calls wait fewer times, and that thread is "
             "worth a look (docs/trace-signals.md, \"GIL waits\")")

@@ -43,14 +43,6 @@ class GilWaits:
     def found(self) -> bool:
         return self.count > 0
 
-    def longest_ms(self, top: int = 5) -> list[tuple[float, float]]:
-        """The longest waits, as (start, end) in ms from the trace start (as input waits are
-        given: a finding's time ranges)."""
-        longest = np.argsort(self.start_ns - self.end_ns, kind="stable")[:top]
-        return [(round(a / 1e6, 3), round(b / 1e6, 3))
-                for a, b in zip(self.start_ns[longest].tolist(), self.end_ns[longest].tolist(),
-                                strict=True)]
-
 
 def gil_waits(ctx: Context) -> GilWaits:
     """The call threads' waits to re-enter Python, per step; read once per analysis."""

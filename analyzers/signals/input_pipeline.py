@@ -226,12 +226,17 @@ def file_opens(ctx: Context) -> pd.DataFrame:
     return ctx.memo("file_opens", build)
 
 
-def input_wait_ranges(ctx: Context, top: int = 5) -> list[tuple[float, float]]:
-    """The longest input waits, as (start, end) in ms from the trace start."""
+def input_wait_ranges(ctx: Context, top: int = 5, also: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> list[tuple[float, float]]:
+    """The longest input waits (with the intervals `also`, [start, end) ns, among them), as
+    (start, end) in ms from the trace start."""
     w = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
                      columns=("start_ns", "end_ns"))
+    s, e = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+    if also is not None:
+        s, e = np.concatenate([s, also[0]]), np.concatenate([e, also[1]])
     # Waits nest (the GetNext op, Iterator::Root, its first stage): one range per covered span.
-    ms, me = merge_intervals(w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64))
+    ms, me = merge_intervals(s, e)
     longest = np.argsort(ms - me, kind="stable")[:top]
     return [(round(a / 1e6, 3), round(b / 1e6, 3)) for a, b in zip(ms[longest].tolist(),
                                                                     me[longest].tolist(),
