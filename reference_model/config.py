@@ -17,6 +17,11 @@ from typing import Any, Literal
 from reference_model.data.records import COMPRESSIONS, FORMATS
 
 AUTOTUNE = -1
+# Parallelism 0: the stage has no num_parallel_calls, so tf.data runs it as a plain Map or
+# Interleave on the thread that asks for the next element (with no prefetch, the training thread
+# itself), as a pipeline written without parallelism does. Parallelism 1 is still a parallel
+# stage: one worker thread that runs ahead of its consumer by a buffered element.
+SEQUENTIAL = 0
 
 RecordFormat = Literal["example", "prebatched"]
 Compression = Literal["none", "gzip"]
@@ -54,6 +59,7 @@ class TrainConfig:
     parse: ParseMode = "batched"
     cycle_length: int = 4
     block_length: int = 1
+    # -1 AUTOTUNE, 0 sequential (no num_parallel_calls), else that many parallel calls
     interleave_parallelism: int = 4
     map_parallelism: int = 1
     prefetch: int = 2
@@ -115,11 +121,14 @@ class TrainConfig:
             raise ValueError("--parse per_example needs --record-format example")
         for name, cap_name in AT_MOST.items():
             value, cap = getattr(self, name), getattr(self, cap_name)
-            if value != AUTOTUNE and not 1 <= value <= cap:
+            if value != AUTOTUNE and not SEQUENTIAL <= value <= cap:
                 raise ValueError(
-                    f"--{name.replace('_', '-')} {value} must be -1 (AUTOTUNE) or between 1 and "
-                    f"--{cap_name.replace('_', '-')} ({cap})"
+                    f"--{name.replace('_', '-')} {value} must be -1 (AUTOTUNE), 0 (sequential) "
+                    f"or between 1 and --{cap_name.replace('_', '-')} ({cap})"
                 )
+        for name in ("map_parallelism", "prefetch"):
+            if getattr(self, name) < AUTOTUNE:
+                raise ValueError(f"--{name.replace('_', '-')} must be -1 (AUTOTUNE) or >= 0")
         if self.embedding_split == "column" and self.embedding_dim % self.devices:
             raise ValueError(
                 f"column-wise split needs --embedding-dim ({self.embedding_dim}) divisible by "

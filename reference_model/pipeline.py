@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from reference_model.config import AUTOTUNE, TrainConfig
+from reference_model.config import AUTOTUNE, SEQUENTIAL, TrainConfig
 from reference_model.data.manifest import Manifest
 from reference_model.data.records import feature_spec, parse_single
 from reference_model.schema import CAT_NAMES, DENSE_NAMES, LABEL_NAME
 from reference_model.storage import open_records
 
 
-def _par(n: int) -> int:
+def _par(n: int) -> int | None:
+    """num_parallel_calls for a knob's value: None (a sequential stage) for SEQUENTIAL."""
+    if n == SEQUENTIAL:
+        return None
     return tf.data.AUTOTUNE if n == AUTOTUNE else n
 
 
@@ -47,6 +50,7 @@ def build_dataset(cfg: TrainConfig, manifest: Manifest, split: str = "train") ->
     record_bytes = sum(f["bytes"] for f in info["files"]) / num_records
     host_cast = cfg.cast == "host"
 
+    interleave_par = _par(cfg.interleave_parallelism)
     ds = tf.data.Dataset.from_tensor_slices(files)
     if split == "train":
         ds = ds.shuffle(len(files), seed=cfg.seed, reshuffle_each_iteration=True).repeat()
@@ -61,8 +65,9 @@ def build_dataset(cfg: TrainConfig, manifest: Manifest, split: str = "train") ->
         ),
         cycle_length=cfg.cycle_length,
         block_length=cfg.block_length,
-        num_parallel_calls=_par(cfg.interleave_parallelism),
-        deterministic=split != "train",
+        num_parallel_calls=interleave_par,
+        # Only a parallel interleave takes it (TF warns otherwise); a sequential one is in order.
+        deterministic=None if interleave_par is None else split != "train",
     )
     par = _par(cfg.map_parallelism)
     if manifest.format == "prebatched":
@@ -88,6 +93,15 @@ def build_dataset(cfg: TrainConfig, manifest: Manifest, split: str = "train") ->
     if cfg.prefetch != 0:
         ds = ds.prefetch(_par(cfg.prefetch))
     options = tf.data.Options()
+    # TF 2.21's default rewrites would make a pipeline written without parallelism read ahead
+    # anyway: map_parallelization runs a stateless map as ParallelMapV2, and inject_prefetch
+    # appends a Prefetch after a trailing synchronous stage. Either one reads the next batch
+    # while the model computes, which hid the `low_parallelism` preset's wait on a slow machine
+    # (docs/trace-signals.md, "The profiler's own cost"). Sequential and no prefetch mean that.
+    if cfg.map_parallelism == SEQUENTIAL:
+        options.experimental_optimization.map_parallelization = False
+    if cfg.prefetch == 0:
+        options.experimental_optimization.inject_prefetch = False
     if cfg.threadpool > 0:
         options.threading.private_threadpool_size = cfg.threadpool
     return ds.with_options(options)

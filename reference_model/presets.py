@@ -27,13 +27,22 @@ _ALL = [
     Preset("clean", "best practice: prebatched uncompressed records on good network storage "
            "(5 ms open, 150 MB/s per stream) read by 4 parallel readers, prefetch, fused tables, "
            "XLA, 2 devices"),
-    Preset("io_stall", "slow remote storage: 500 ms per file open, 60 MB/s per reader",
-           {"storage_latency_ms": 500.0, "storage_bandwidth_mbps": 60.0}, ("io_stall",)),
+    # Storage slow enough to bind by a margin on any 2-core machine, under the profiler too: at
+    # 500 ms and 60 MB/s a batch took ~110 ms to read, and a CI machine at half the compute speed,
+    # whose profiled steps took ~1.5x its untraced ones, computed as long, so the window showed
+    # no wait. Now ~280 ms a batch (docs/trace-signals.md, "The profiler's own cost").
+    Preset("io_stall", "cold remote storage: 1 s per file open, 20 MB/s per reader",
+           {"storage_latency_ms": 1000.0, "storage_bandwidth_mbps": 20.0}, ("io_stall",)),
     Preset("gzip", "GZIP-compressed TFRecords", {"compression": "gzip"}, ("input_preprocessing",)),
     Preset("casting", "float64 features cast by a host-side casting layer every step",
            {"cast": "host"}, ("convert_to_tensor_gaps",)),
-    Preset("low_parallelism", "a sequential input pipeline: one reader, no prefetch",
-           {"cycle_length": 1, "interleave_parallelism": 1, "prefetch": 0},
+    # Sequential stages (no num_parallel_calls), not parallelism 1: a parallel stage with one
+    # worker still reads the next batch while the model computes, and on a machine at half the
+    # compute speed, under the profiler, that was enough to hide the wait (docs/trace-signals.md,
+    # "The profiler's own cost").
+    Preset("low_parallelism", "a sequential input pipeline: one reader, interleave and map "
+           "without num_parallel_calls, no prefetch",
+           {"cycle_length": 1, "interleave_parallelism": 0, "map_parallelism": 0, "prefetch": 0},
            ("input_preprocessing",)),
     Preset("per_example", "one tf.train.Example per record, parsed one at a time",
            {"record_format": "example", "parse": "per_example"}, ("input_preprocessing",)),

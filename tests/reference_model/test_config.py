@@ -59,7 +59,9 @@ def test_config_file_errors(tmp_path):
         ({"measure_steps": 0, "profile_steps": 0}, "nothing to run"),
         # TF refuses num_parallel_calls above cycle_length deep inside the iterator
         ({"cycle_length": 2, "interleave_parallelism": 4}, "between 1 and --cycle-length"),
-        ({"interleave_parallelism": 0}, "between 1 and --cycle-length"),
+        ({"interleave_parallelism": -2}, "between 1 and --cycle-length"),
+        ({"map_parallelism": -2}, "--map-parallelism must be -1"),
+        ({"prefetch": -3}, "--prefetch must be -1"),
     ],
 )
 def test_invalid_combinations(changes, message):
@@ -69,6 +71,10 @@ def test_invalid_combinations(changes, message):
 
 def test_autotune_interleave_parallelism_is_valid_with_any_cycle_length():
     TrainConfig().replace(cycle_length=1, interleave_parallelism=-1).validate()
+
+
+def test_sequential_stages_are_valid():
+    TrainConfig().replace(cycle_length=1, interleave_parallelism=0, map_parallelism=0).validate()
 
 
 def test_more_devices_than_exist():
