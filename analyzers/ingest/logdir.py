@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +123,35 @@ def select_run(path: Path, run: str | None = None) -> Path:
     raise ValueError(f"{path}: no run named {run!r} (runs: {names})")
 
 
+# The PyTorch profiler's tensorboard_trace_handler names each trace
+# `<worker>.<timestamp>.pt.trace.json[.gz]` (worker = `<hostname>_<pid>` unless given; the
+# timestamp in ms, or ns in newer releases), and writes one file per profiling cycle of a
+# `schedule(..., repeat=n)` into the same folder (docs/trace-signals.md, "PyTorch cycles").
+KINETO_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,20})\.pt\.trace\.json(\.gz)?$")
+
+
+def latest_cycles(files: list[Path]) -> tuple[list[Path], int]:
+    """Each PyTorch worker's last cycle when a folder holds several per worker, and how many
+    earlier files were left out. Files of other names are kept as they are. The workers'
+    cycles are told apart by order, not by time: the ranks of one cycle write their files
+    milliseconds to seconds apart."""
+    cycles: dict[str, list[tuple[int, Path]]] = {}
+    kept = []
+    for f in files:
+        m = KINETO_NAME.match(f.name)
+        if m is None:
+            kept.append(f)
+        else:
+            cycles.setdefault(m["worker"], []).append((int(m["stamp"]), f))
+    left_out = sum(len(c) - 1 for c in cycles.values())
+    kept += [max(c)[1] for c in cycles.values()]
+    return sorted(kept), left_out
+
+
 def _host_of(file: Path) -> str:
+    m = KINETO_NAME.match(file.name)
+    if m is not None:
+        return m["worker"]
     for suffix in (XPLANE_SUFFIX, *JSON_SUFFIXES):
         if file.name.endswith(suffix):
             return file.name[: -len(suffix)] or "host"
@@ -136,6 +165,12 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     parts: list[tuple[pd.DataFrame, int]] = []
     hosts = []
     warnings: list[str] = []
+    files, earlier = latest_cycles(files)
+    if earlier:
+        # Merged, the cycles would read as workers (or one window with a long idle gap).
+        warnings.append(
+            f"{earlier} earlier PyTorch profiling cycle(s) in {run_dir.name} left out: the "
+            "last cycle of each worker is analyzed; give one file's path to analyze another")
     for f in files:
         host = _host_of(f)
         if f.name.endswith(XPLANE_SUFFIX):

@@ -1,0 +1,59 @@
+"""A PyTorch profiler `schedule(..., repeat=n)` writes one trace per cycle into the same folder
+(`<worker>.<time_ns>.pt.trace.json.gz`): the cycles of one worker are one worker, not several.
+`data/pytorch-cpu-cycles/` holds 3 cycles of 3 steps of one process
+(`tests/analyzers/torch_cycles_job.py`, torch 2.13.0 CPU)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from analyzers.ingest.logdir import latest_cycles, load_run
+from analyzers.report import analyze
+
+CYCLES = sorted((Path(__file__).parent / "data" / "pytorch-cpu-cycles").glob("*.pt.trace.json.gz"))
+
+
+def _folder(tmp: Path, workers: tuple[str, ...] = ("vm_21481",), cycles=CYCLES) -> Path:
+    run = tmp / "tb"
+    run.mkdir()
+    for w in workers:
+        for f in cycles:
+            shutil.copy(f, run / f.name.replace("vm_21481", w))
+    return run
+
+
+def test_the_cycles_of_one_worker_are_one_worker(tmp_path):
+    report = analyze(_folder(tmp_path))
+    assert report.ctx.hosts == ["vm_21481"] and report.ctx.n_devices == 1
+    assert report.ctx.n_steps == 3  # the last cycle's steps, not 9 across three "hosts"
+    assert report.run.trace_files == [tmp_path / "tb" / CYCLES[-1].name]
+    assert any("2 earlier PyTorch profiling cycle(s)" in w for w in report.run.warnings)
+    # Read as three workers, the second cycle's first step (a backward pass the others lacked
+    # at the window's edge) was a `high` stall.
+    assert not [f for f in report.findings if f.severity != "low"], report.findings
+
+
+def test_each_worker_keeps_its_last_cycle(tmp_path):
+    run = load_run(_folder(tmp_path, ("vm_100", "vm_200")))
+    assert run.hosts == ["vm_100", "vm_200"]
+    assert {f.name.split(".")[1] for f in run.trace_files} == {CYCLES[-1].name.split(".")[1]}
+    assert any("4 earlier" in w for w in run.warnings)
+
+
+def test_one_cycle_per_worker_and_a_chosen_file_are_read_whole(tmp_path):
+    ranks = load_run(_folder(tmp_path, ("vm_100", "vm_200"), cycles=CYCLES[:1]))
+    assert ranks.hosts == ["vm_100", "vm_200"] and not ranks.warnings
+    first = load_run(CYCLES[0])  # an earlier cycle, analyzed by its path
+    assert first.hosts == ["vm_21481"] and not first.warnings
+
+
+def test_latest_cycles_keeps_other_names():
+    names = ["w.1700000000000.pt.trace.json", "w.1700000005000.pt.trace.json",
+             "v.1700000001000.pt.trace.json.gz", "rank0.json.gz", "host.trace.json.gz",
+             "w.12.pt.trace.json"]  # too short for a timestamp: a plain name
+    kept, left_out = latest_cycles([Path(n) for n in names])
+    assert [p.name for p in kept] == ["host.trace.json.gz", "rank0.json.gz",
+                                      "v.1700000001000.pt.trace.json.gz",
+                                      "w.12.pt.trace.json", "w.1700000005000.pt.trace.json"]
+    assert left_out == 1
