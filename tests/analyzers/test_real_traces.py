@@ -559,9 +559,9 @@ def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path,
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> str:
-    """One dataset cache for all preset runs (each record format is generated once)."""
-    return os.environ.get("RECADVISOR_TEST_CACHE", str(tmp_path_factory.mktemp("cache")))
+def cache_dir(dataset_cache) -> str:
+    """The session's dataset cache, shared with the dashboard's trainer runs."""
+    return dataset_cache
 
 
 # Presets whose cost on 2 cores is a few percent (README, "Diagnosis accuracy"): named, at

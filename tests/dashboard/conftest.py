@@ -55,11 +55,11 @@ def study_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dash_root(tmp_path_factory, study_root) -> Path:
+def dash_root(study_root, dataset_cache) -> Path:
     """study_root plus real trainer runs and a corrupt one."""
     pytest.importorskip("tensorflow")
     root = study_root
-    cache = os.environ.get("RECADVISOR_TEST_CACHE", str(tmp_path_factory.mktemp("cache")))
+    cache = dataset_cache
     if not (root / "logdirs").exists():
         for preset in (SLOW_PRESET, "clean"):
             _train(root, preset, cache)
