@@ -19,8 +19,9 @@ from reference_model.data.records import COMPRESSIONS, FORMATS
 AUTOTUNE = -1
 # Parallelism 0: the stage has no num_parallel_calls, so tf.data runs it as a plain Map or
 # Interleave on the thread that asks for the next element (with no prefetch, the training thread
-# itself), as a pipeline written without parallelism does. Parallelism 1 is still a parallel
-# stage: one worker thread that runs ahead of its consumer by a buffered element.
+# itself), as a pipeline written without parallelism did before TF's own rewrites, which
+# pipeline.py turns off with it. Parallelism 1 is still a parallel stage: one worker thread that
+# runs ahead of its consumer by a buffered element.
 SEQUENTIAL = 0
 
 RecordFormat = Literal["example", "prebatched"]
