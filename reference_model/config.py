@@ -212,6 +212,12 @@ _CHOICES = {
     "input_loading": ("broadcast", "per_device"),
     "id_hashing": ("none", "integer", "string"),
 }
+# What a flag's number means where a value is not just a count.
+_MEANING = {
+    "interleave_parallelism": "-1 AUTOTUNE, 0 sequential",
+    "map_parallelism": "-1 AUTOTUNE, 0 sequential",
+    "prefetch": "-1 AUTOTUNE, 0 none",
+}
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -234,7 +240,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             kw["type"] = _parse_ints
             kw["metavar"] = "N,N,..."
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        kw["help"] = f"(default {shown})"
+        meaning = f"{_MEANING[f.name]}; " if f.name in _MEANING else ""
+        kw["help"] = f"({meaning}default {shown})"
         group.add_argument(_flag(f.name), **kw)
 
 

@@ -105,3 +105,12 @@ def test_bad_flag_values_are_argparse_errors():
         _parse(["--xla", "maybe"])
     with pytest.raises(SystemExit):
         _parse(["--compression", "zstd"])
+
+
+def test_flag_help_says_what_minus_one_and_zero_mean():
+    p = argparse.ArgumentParser()
+    add_config_flags(p)
+    helps = {a.dest: a.help for a in p._actions}
+    assert helps["cfg_map_parallelism"] == "(-1 AUTOTUNE, 0 sequential; default 1)"
+    assert helps["cfg_prefetch"] == "(-1 AUTOTUNE, 0 none; default 2)"
+    assert helps["cfg_cycle_length"] == "(default 4)"
