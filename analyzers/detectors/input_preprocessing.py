@@ -103,8 +103,8 @@ def _gil_note(gil: GilWaits) -> str:
     return (f"{gil.share:.0%} of step time the training thread waits to take the GIL back as "
             f"TensorFlow calls return ({gil.ms_per_step:.1f} ms per step on average, "
             f"{gil.count} waits of {MIN_WAIT_NS / 1e6:g} ms or more): {holder}; neither the "
-            "step's compute nor "
-            "the loop's own Python, it reads as per-call overhead without this")
+            "step's compute nor the loop's own Python, it reads as per-call overhead without "
+            "this")
 
 
 # A wait whose pipeline left no event is reported from this share of the step: below it, it is as

@@ -112,9 +112,9 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(
             f"{gil.share:.0%} of step time of it the training thread waits to take the GIL back "
             f"as TensorFlow calls return ({gil.count} waits of {MIN_WAIT_NS / 1e6:g} ms or "
-            "more): another thread "
-            "of the process runs Python beside the loop (a callback's or logger's thread, a "
-            "data thread outside tf.data); fewer calls wait fewer times, and that thread is "
+            "more): another thread of the process runs Python beside the loop (a callback's "
+            "or logger's thread, a data thread outside tf.data); fewer calls wait fewer times, "
+            "and that thread is "
             "worth a look (docs/trace-signals.md, \"GIL waits\")")
         numbers_gil = round(gil.share, 4)
     else:

@@ -558,12 +558,6 @@ def test_xprof_trace_json_export_is_diagnosed_like_its_xplane(foreign, tmp_path,
     assert b.ctx.fractions == pytest.approx(a.ctx.fractions, abs=1e-3)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(dataset_cache) -> str:
-    """The session's dataset cache, shared with the dashboard's trainer runs."""
-    return dataset_cache
-
-
 # Presets whose cost on 2 cores is a few percent (README, "Diagnosis accuracy"): named, at
 # whatever severity they earn, with the numbers that say why and the fix's flag.
 # string_hashing: 5-8% of a 43-68 ms step. per_device_input: 1.02-1.24x estimated against
@@ -584,8 +578,8 @@ _NAMED_AT_ANY_SEVERITY = {
                                              ("string_hashing", "preprocessing_in_step"),
                                              ("per_device_input", "duplicated_input"),
                                              ("clean", None)])
-def test_reference_presets(tmp_path, cache_dir, preset, expected):
-    env = {**os.environ, "RECADVISOR_CACHE": cache_dir}
+def test_reference_presets(tmp_path, dataset_cache, preset, expected):
+    env = {**os.environ, "RECADVISOR_CACHE": dataset_cache}
     subprocess.run([sys.executable, "-m", "recadvisor.cli", "train", "--preset", preset,
                     "--logdir", str(tmp_path / preset), "--no-progress", "--steps", "20"],
                    check=True, timeout=400, env=env, capture_output=True)

@@ -22,7 +22,8 @@ FAKE_WORKER = Path(__file__).parents[1] / "tuner" / "fake_worker.py"
 # One tf.train.Example per record, parsed one at a time: input_preprocessing, high, on any machine
 # (0.10x of `clean` on 2026-11-23's machine, 0.15x on 2026-11-28's, whose compute ran at half the
 # speed). `low_parallelism` (0.44x on the first, 0.80x on the second) read `low` there: under the
-# profiler its compute took 1.49x as long and the pipeline kept up in the window.
+# profiler its compute took 1.49x as long and the pipeline kept up in the window. Its stages are
+# sequential since (0.24x, 80% wait); per_example stayed, as nothing asked for a change.
 SLOW_PRESET = "per_example"
 CORRUPT_RUN = "logdirs/corrupt/plugins/profile/2026_01_01_00_00_00"
 
