@@ -42,13 +42,16 @@ PS_JOB = "ps"
 _WORKER_PORT = re.compile(r"^(.+)_(\d{4,5})$")
 
 
-def one_machine(hosts: list[str]) -> str | None:
-    """The machine all traced processes run on, when their trace files say so."""
-    found = [_WORKER_PORT.match(h) for h in hosts]
-    machines = {m.group(1) for m in found if m}
-    if len(hosts) > 1 and all(found) and len(machines) == 1:
-        return machines.pop()
+def one_machine(hosts: list[str], recorded: dict[str, str] | None = None) -> str | None:
+    """The machine all traced processes run on, when their traces say so: the machine a trace
+    records (`recorded`, PyTorch's `host_name`), else one named by the file (`<host>_<port>`)."""
+    recorded = recorded or {}
+    found = [recorded.get(h) or (m.group(1) if (m := _WORKER_PORT.match(h)) else None)
+             for h in hosts]
+    if len(hosts) > 1 and all(found) and len(set(found)) == 1:
+        return found[0]
     return None
+
 # Context._placement codes for events not held whole by one step.
 OUTSIDE, CROSSES = -1, -2
 
@@ -242,8 +245,8 @@ class Context:
     @property
     def one_machine(self) -> str | None:
         """The machine every trace file's process ran on (`localhost` for workers captured on
-        one machine), when the files' names say so: they then share its cores."""
-        return one_machine(self.hosts)
+        one machine), when the traces or the files' names say so: they then share its cores."""
+        return one_machine(self.hosts, self.run.machines)
 
     @cached_property
     def host_tasks(self) -> dict[str, tuple[str, int]]:
@@ -389,12 +392,14 @@ class Context:
     @cached_property
     def collective_group_size(self) -> int | None:
         """The most participants a collective has (`group_size` stats), when the trace tells:
-        more than its devices when other workers' traces are not in it."""
-        if "group_size" not in self.events:
-            return None
-        values = np.asarray(self.events["group_size"].array.sp_values)
-        values = values[values > 0]
-        return int(values.max()) if len(values) else None
+        more than its devices when other workers' traces are not in it. Without such stats (a
+        PyTorch gloo trace), the job's world size its trace records."""
+        if "group_size" in self.events:
+            values = np.asarray(self.events["group_size"].array.sp_values)
+            values = values[values > 0]
+            if len(values):
+                return int(values.max())
+        return self.run.world_size
 
     @cached_property
     def _host_device_pairs(self) -> pd.DataFrame:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from analyzers.events import empty_events
 from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
+from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
 from analyzers.ingest.xplane import SLOW_DECODER_WARNING, compiled_decoder_built, read_xplane
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
@@ -29,6 +30,8 @@ from recadvisor.capture.metadata import METADATA_FILE
 SLOW_DECODER_BYTES = 4 << 20
 
 JSON_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".json.gz", ".json")
+# What a file's name ends with after its host's name, longest first.
+HOST_SUFFIXES = (XPLANE_SUFFIX, ".pt.trace.json.gz", ".pt.trace.json", *JSON_SUFFIXES)
 
 
 @dataclass
@@ -43,6 +46,10 @@ class RunData:
     process: pd.DataFrame | None = None
     metadata: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    # host → the machine it ran on, where its trace records one (PyTorch's `host_name`).
+    machines: dict[str, str] = field(default_factory=dict)
+    # The ranks of the PyTorch job the traces come from (`distributedInfo`), when recorded.
+    world_size: int | None = None
 
 
 def _trace_files(folder: Path) -> list[Path]:
@@ -130,32 +137,48 @@ def select_run(path: Path, run: str | None = None) -> Path:
 KINETO_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,20})\.pt\.trace\.json(\.gz)?$")
 
 
-def latest_cycles(files: list[Path]) -> tuple[list[Path], int]:
+def latest_cycles(files: list[Path],
+                  headers: dict[Path, KinetoHeader] | None = None) -> tuple[list[Path], int]:
     """Each PyTorch worker's last cycle when a folder holds several per worker, and how many
-    earlier files were left out. Files of other names are kept as they are. The workers'
-    cycles are told apart by order, not by time: the ranks of one cycle write their files
-    milliseconds to seconds apart."""
-    cycles: dict[str, list[tuple[int, Path]]] = {}
+    earlier files were left out. Files of other names are kept as they are. A worker is its
+    name and, where its header records one, its rank: ranks given one `worker_name` are not
+    cycles of one process. The workers' cycles are told apart by order, not by time: the ranks
+    of one cycle write their files milliseconds to seconds apart."""
+    headers = headers or {}
+    cycles: dict[tuple[str, int | None], list[tuple[int, Path]]] = {}
     kept = []
     for f in files:
         m = KINETO_NAME.match(f.name)
         if m is None:
             kept.append(f)
         else:
-            cycles.setdefault(m["worker"], []).append((int(m["stamp"]), f))
+            rank = headers[f].rank if f in headers else None
+            cycles.setdefault((m["worker"], rank), []).append((int(m["stamp"]), f))
     left_out = sum(len(c) - 1 for c in cycles.values())
     kept += [max(c)[1] for c in cycles.values()]
-    return sorted(kept), left_out
+    # Ranks in their order (unranked files first, by name): the hosts are listed as read.
+    return sorted(kept, key=lambda f: (f.parent, _rank(headers.get(f)), f.name)), left_out
 
 
-def _host_of(file: Path) -> str:
+def _rank(header: KinetoHeader | None) -> int:
+    return -1 if header is None or header.rank is None else header.rank
+
+
+def _host_of(file: Path, header: KinetoHeader | None = None) -> str:
+    """The file's worker name; for one rank of several, the rank first unless the name says it
+    (`tensorboard_trace_handler` names a worker `<hostname>_<pid>`, which no report reader can
+    map to a rank)."""
     m = KINETO_NAME.match(file.name)
     if m is not None:
-        return m["worker"]
-    for suffix in (XPLANE_SUFFIX, *JSON_SUFFIXES):
-        if file.name.endswith(suffix):
-            return file.name[: -len(suffix)] or "host"
-    return file.stem
+        name = m["worker"]
+    else:
+        name = next((file.name[: -len(s)] or "host" for s in HOST_SUFFIXES
+                     if file.name.endswith(s)), file.stem)
+    if header is None or header.rank is None or (header.world_size or 0) < 2:
+        return name
+    if re.search(rf"(?i)rank[-_. ]?{header.rank}(?!\d)", name):
+        return name
+    return f"rank {header.rank} ({name})"
 
 
 def load_run(path: Path, run: str | None = None) -> RunData:
@@ -164,15 +187,19 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     run_dir = target.parent if target.is_file() else target
     parts: list[tuple[pd.DataFrame, int]] = []
     hosts = []
+    machines: dict[str, str] = {}
+    world_sizes = []
     warnings: list[str] = []
-    files, earlier = latest_cycles(files)
+    headers = {f: h for f in files
+               if not f.name.endswith(XPLANE_SUFFIX) and (h := kineto_header(f)) is not None}
+    files, earlier = latest_cycles(files, headers)
     if earlier:
         # Merged, the cycles would read as workers (or one window with a long idle gap).
         warnings.append(
             f"{earlier} earlier PyTorch profiling cycle(s) in {run_dir.name} left out: the "
             "last cycle of each worker is analyzed; give one file's path to analyze another")
     for f in files:
-        host = _host_of(f)
+        host = _host_of(f, headers.get(f))
         if f.name.endswith(XPLANE_SUFFIX):
             if (SLOW_DECODER_WARNING not in warnings and not compiled_decoder_built()
                     and f.stat().st_size > SLOW_DECODER_BYTES):
@@ -193,6 +220,11 @@ def load_run(path: Path, run: str | None = None) -> RunData:
         # timeline-<step>.json of one worker is one host.
         got = parts[-1][0]["host"]
         hosts.append(str(got.iloc[0]) if len(got) else host)
+        if (header := headers.get(f)) is not None:
+            if header.machine:
+                machines[hosts[-1]] = header.machine
+            if header.world_size:
+                world_sizes.append(header.world_size)
     if not parts:
         raise ValueError(f"{run_dir}: none of its JSON files is a trace (no traceEvents list)")
     t0 = min((t for _, t in parts if t), default=0)
@@ -205,7 +237,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     events.attrs["t0_unix_ns"] = t0
     data = RunData(name=run_dir.name if not target.is_file() else target.name, run_dir=run_dir,
                    events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files,
-                   warnings=warnings)
+                   warnings=warnings, machines=machines,
+                   world_size=max(world_sizes, default=None))
     _attach_side_files(data, run_dir)
     return data
 

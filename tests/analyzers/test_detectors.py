@@ -897,6 +897,15 @@ def test_workers_on_one_machine(hosts, machine):
     assert one_machine(hosts) == machine
 
 
+@pytest.mark.parametrize(("recorded", "machine"), [
+    ({"rank 0 (a)": "vm", "rank 1 (b)": "vm"}, "vm"),  # PyTorch's host_name, whatever the names
+    ({"rank 0 (a)": "vm", "rank 1 (b)": "vm2"}, None),
+    ({"rank 0 (a)": "vm"}, None),  # one trace without a machine: unknown
+])
+def test_workers_on_one_recorded_machine(recorded, machine):
+    assert one_machine(["rank 0 (a)", "rank 1 (b)"], recorded) == machine
+
+
 def _embedding_step(update: str, read_ms: float = 0.01):
     """Per step on the compute thread after the model's ops: a 2 ms forward lookup, then the
     table's update: `dense` (Keras 3 Adam: UnsortedSegmentSum and elementwise ops over the

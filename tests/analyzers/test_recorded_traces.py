@@ -235,9 +235,10 @@ def test_recorded_pytorch_cpu_ddp_ranks(tmp_path):
     docs/trace-signals.md, "One worker's trace"). gloo's all-reduce is a `gloo:all_reduce`
     annotation on its own threads, which had read as host compute: no collective at all. Both
     ranks: 16% exposed, peers all here, a CPU remedy (ranks, threads), no straggler. Rank 0
-    alone: no group size on a CPU trace, but gloo collectives on its one device say the peer is
-    elsewhere. Measured on this machine: one process with both cores' threads and the global
-    batch ran 1.35-1.90x faster than the two ranks (3 pairs)."""
+    alone: gloo writes no group size on its events, but the file's `distributedInfo` says 2
+    ranks, and gloo collectives on its one device say the peer is elsewhere. Measured on this
+    machine: one process with both cores' threads and the global batch ran 1.35-1.90x faster
+    than the two ranks (3 pairs)."""
     both = analyze(_gloo(tmp_path, "balanced", (0, 1)))
     assert both.ctx.n_hosts == 2 and both.ctx.framework == "pytorch"
     assert not both.ctx.has_accelerator and both.ctx.n_steps == 6
@@ -249,7 +250,7 @@ def test_recorded_pytorch_cpu_ddp_ranks(tmp_path):
     assert "straggler_worker" not in found
     alone = {f.id: f for f in analyze(_gloo(tmp_path, "balanced", (0,))).findings}
     one = alone["collective_overhead"]
-    assert one.numbers["peers_outside"] and "group_size" not in one.numbers
+    assert one.numbers["peers_outside"] and one.numbers["group_size"] == 2
     assert one.remedy.startswith("First profile every rank") and "set_num_threads" in one.remedy
 
 
@@ -260,7 +261,7 @@ def test_recorded_pytorch_cpu_ddp_straggler(tmp_path):
     collective time, an upper bound."""
     found = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0, 1))).findings}
     f = found["straggler_worker"]
-    assert f.numbers["straggler"] == "rank1.pt" and f.numbers["cause"] == "compute"
+    assert f.numbers["straggler"] == "rank1" and f.numbers["cause"] == "compute"
     assert f.severity == "high" and f.step_fraction > 0.5, f.evidence
     alone = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0,))).findings}
     assert alone["collective_overhead"].step_fraction > 0.5
