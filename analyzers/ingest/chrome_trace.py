@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from pathlib import Path
 
@@ -138,15 +139,7 @@ def read_chrome_trace(path: Path, host: str,
     aliases.update({"correlation": "correlation_id",
                     "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
                     "Group size": "group_size"})
-    for i, a in enumerate(args):
-        for key, value in a.items():
-            col = aliases.get(key)
-            if col is None:
-                continue
-            if col in TEXT_STATS:
-                stats.setdefault(col, np.full(len(ev), None, dtype=object))[i] = str(value)
-            elif isinstance(value, int | float) or (isinstance(value, str) and value.isdigit()):
-                stats.setdefault(col, np.full(len(ev), -1, dtype=np.int64))[i] = int(value)
+    stats.update(_arg_stats(args, aliases, len(ev)))
     steps = names.str.extract(_STEP_NAME, expand=False)
     if steps.notna().any():
         col = stats.setdefault("step_num", np.full(len(ev), -1, dtype=np.int64))
@@ -172,6 +165,42 @@ def read_chrome_trace(path: Path, host: str,
     # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
     t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
     return events, t0_ns
+
+
+def _arg_stats(args: pd.Series, aliases: dict[str, str], n: int) -> dict[str, np.ndarray]:
+    """The stat columns the events' args carry, each filled in one assignment: rows and values
+    are gathered per column first (an n-row array per event that has the stat made a
+    million-event trace take minutes)."""
+    found: dict[str, tuple[list[int], list]] = {}
+    for i, a in enumerate(args):
+        for key, value in a.items():
+            col = aliases.get(key)
+            if col is None:
+                continue
+            if col in TEXT_STATS:
+                value = str(value)
+            elif _whole(value):
+                value = int(value)
+            else:
+                continue
+            got = found.get(col)
+            if got is None:
+                got = found[col] = ([], [])
+            got[0].append(i)
+            got[1].append(value)
+    out = {}
+    for col, (rows, values) in found.items():
+        text = col in TEXT_STATS
+        out[col] = np.full(n, None if text else -1, dtype=object if text else np.int64)
+        out[col][rows] = values
+    return out
+
+
+def _whole(value: object) -> bool:
+    """A number a stat column can hold: an int, a finite float, or digits."""
+    if isinstance(value, str):
+        return value.isdigit()
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _times_us(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -671,6 +671,19 @@ def test_read_pytorch_chrome_trace_and_gzip(tmp_path):
     assert steps.source == "markers:ProfilerStep#N" and len(steps.table) == 1
 
 
+def test_chrome_args_become_stat_columns(tmp_path):
+    """Numbers, digit strings and whole floats are read; text, non-finite floats and missing
+    args leave the row's default (-1, None)."""
+    events = [{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": 1e15 + i, "dur": 1,
+               "args": a} for i, a in enumerate([
+                   {"Bytes": 4096, "correlation": 7}, {"Bytes": "512"}, {"Bytes": 2048.0},
+                   {"Bytes": "many"}, {"Bytes": float("inf")}, {}, {"device": 3}])]
+    df = _chrome_rows(tmp_path, {"traceEvents": events})
+    assert df["bytes"].tolist() == [4096, 512, 2048, -1, -1, -1, -1]
+    assert df["correlation_id"].tolist() == [7, -1, -1, -1, -1, -1, -1]
+    assert df["device_id"].tolist() == [-1, -1, -1, -1, -1, -1, 3]
+
+
 # What xprof's `trace_viewer` conversion of a TF 2.21 xplane writes (seen 2026-11-23): display
 # names with the xplane name in args.long_name, step markers named "<name> <step_num>", zero-length
 # events as instants, string-valued args, times relative to the first event.
