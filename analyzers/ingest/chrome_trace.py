@@ -11,10 +11,13 @@ microseconds.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +49,7 @@ _TIMELINE_PID = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\
                            r"(?:/(?P<sub>stream:(?P<stream>\d*)(?:<(?P<copy>\w+)>)?|stream:all|"
                            r"memcpy|sync))? (?:Compute|Tensors)$")
 _FILE_STEP = re.compile(r"(\d+)(?:\.json(?:\.gz)?)$")
+RECORD_COLUMNS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "args"]
 
 
 class NotATrace(ValueError):
@@ -74,6 +78,14 @@ def read_chrome_trace(path: Path, host: str,
                       warnings: list[str] | None = None) -> tuple[pd.DataFrame, int]:
     """Return (events, t0 in unix ns or 0 when the trace's clock is not the wall clock); what
     the file cannot tell is appended to `warnings`."""
+    # A trace is millions of small dicts that hold no cycles: the collector's passes over them
+    # as they are made took ~30% of the read (docs/trace-signals.md, "Reading Chrome traces").
+    # They are freed when _read returns, before the collector is back: it never sees them.
+    with _gc_paused():
+        return _read(path, host, warnings)
+
+
+def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFrame, int]:
     doc = load_json(path)
     if not is_trace_json(doc):
         raise NotATrace(f"{path}: JSON without a traceEvents list: not a Chrome trace")
@@ -83,73 +95,104 @@ def read_chrome_trace(path: Path, host: str,
                         "only (no op scopes, input-pipeline stage paths or step numbers) and may "
                         "leave small events out; analyze the .xplane.pb it was made from")
     raw = doc["traceEvents"] if isinstance(doc, dict) else doc
-    frame = pd.DataFrame.from_records(
-        [e for e in raw if isinstance(e, dict)],
-        columns=["ph", "name", "cat", "pid", "tid", "ts", "dur", "args"],
-    )
-    if frame.empty:
+    return _read_events(path, host, [e for e in raw if isinstance(e, dict)])
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _read_events(path: Path, host: str, records: list[dict]) -> tuple[pd.DataFrame, int]:
+    """The events of a trace's records, built column by column from the records (a DataFrame
+    of them, with pandas' Arrow strings, cost more than the parse)."""
+    if not records:
         return build_events(**_no_rows(host)), 0
-    meta = frame[frame["ph"] == "M"]
-    proc_names = {r.pid: str((r.args or {}).get("name", r.pid))
-                  for r in meta[meta["name"] == "process_name"].itertuples()}
-    thread_names = {(r.pid, r.tid): str((r.args or {}).get("name", r.tid))
-                    for r in meta[meta["name"] == "thread_name"].itertuples()}
-    ev = frame[frame["ph"] == "X"]
-    if frame["ph"].isin(("B", "E")).any():
-        ev = pd.concat([ev, _begin_end_pairs(frame)])
-    ev = ev.reset_index(drop=True)
-    if ev.empty:
+    proc_names, thread_names = {}, {}
+    for e in records:
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if e["name"] == "process_name":
+                proc_names[e.get("pid")] = str(a.get("name", e.get("pid")))
+            else:
+                thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", e.get("tid")))
+    xs = [e for e in records if e.get("ph") == "X"]
+    if any(e.get("ph") in ("B", "E") for e in records):
+        xs += _begin_end_pairs(pd.DataFrame.from_records(
+            [e for e in records if e.get("ph") in ("B", "E")], columns=RECORD_COLUMNS),
+        ).to_dict("records")
+    if not xs:
         return build_events(**_no_rows(host)), 0
     timeline = _timeline_devices(proc_names)
     if timeline is not None:
-        return _read_timeline(path, ev, timeline)
-    ts, dur = _times_us(ev)
+        return _read_timeline(path, pd.DataFrame.from_records(xs, columns=RECORD_COLUMNS),
+                              timeline)
+    ts = _numbers([e.get("ts") for e in xs])
+    dur = _numbers([e.get("dur") for e in xs])
     t0_us = ts.min()
-    args = ev["args"].map(lambda a: a if isinstance(a, dict) else {})
-    cats = ev["cat"].astype(object).where(ev["cat"].notna(), "").astype(str)
-    planes = []
-    for pid, cat, a in zip(ev["pid"], cats, args, strict=True):
+    args = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
+    cats = [_text(e.get("cat")) for e in xs]
+    pids = [e.get("pid") for e in xs]
+    tids = [e.get("tid") for e in xs]
+    # xprof's view JSON prefixes the host: `vm /host:CPU`.
+    pid_plane = {}
+    for pid in set(pids):
         pname = proc_names.get(pid, str(pid))
-        if m := _PLANE.search(pname):
-            pname = m.group(1)
-        if cat in _GPU_CATS:
-            dev = a.get("device", pid)
-            planes.append(pname if pname.startswith("/device:") else f"/device:GPU:{dev}")
-        elif pname.startswith("/"):
-            planes.append(pname)
-        else:
-            planes.append("/host:CPU")
+        m = _PLANE.search(pname)
+        pid_plane[pid] = m.group(1) if m else pname
+
+    def gpu_plane(pid: object, a: dict) -> str:
+        pname = pid_plane[pid]
+        return pname if pname.startswith("/device:") else f"/device:GPU:{a.get('device', pid)}"
+
+    planes = [gpu_plane(pid, a) if cat in _GPU_CATS
+              else pname if (pname := pid_plane[pid]).startswith("/") else "/host:CPU"
+              for pid, cat, a in zip(pids, cats, args, strict=True)]
     # Kineto copies a CPU annotation onto the stream of the kernels it launched: a span over
     # them, not device work of its own (docs/trace-signals.md, "PyTorch GPU traces").
-    lines = [GPU_ANNOTATIONS_LINE if cat == "gpu_user_annotation"
-             else thread_names.get((p, t), _tid_text(t))
-             for p, t, cat in zip(ev["pid"], ev["tid"], cats, strict=True)]
-    names = ev["name"].fillna("").astype(str)
+    line_of: dict = {}
+    lines = []
+    for p, t, cat in zip(pids, tids, cats, strict=True):
+        if cat == "gpu_user_annotation":
+            lines.append(GPU_ANNOTATIONS_LINE)
+            continue
+        line = line_of.get((p, t))
+        if line is None:
+            line = line_of[(p, t)] = thread_names.get((p, t), _tid_text(t))
+        lines.append(line)
     # xprof's trace-viewer export names an event by its metadata's short display name
     # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`
     # (`scope/op:ReadVariableOp`, `Iterator::Root::Prefetch::BatchV2`): the detectors key on the
     # latter (docs/trace-signals.md, "Chrome trace JSON").
-    long_names = args.map(lambda a: a.get("long_name"))
-    names = names.where(long_names.isna(), long_names.astype(object)).astype(str)
-    uniq, codes = np.unique(names.to_numpy(dtype=object), return_inverse=True)
-    stats: dict[str, np.ndarray] = {}
+    names = [_text(a["long_name"]) if a.get("long_name") is not None else _text(e.get("name"))
+             for e, a in zip(xs, args, strict=True)]
+    codes, uniq = pd.factorize(np.array(names, dtype=object))
+    uniq = [str(u) for u in uniq]
     aliases = stat_aliases(SESSION_RUN in uniq)
     # PyTorch: `correlation` links a kernel to its launch; `External id` links CPU ops to each
     # other and would overwrite it, so it is not read.
     aliases.update({"correlation": "correlation_id",
                     "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
                     "Group size": "group_size"})
-    stats.update(_arg_stats(args, aliases, len(ev)))
-    steps = names.str.extract(_STEP_NAME, expand=False)
-    if steps.notna().any():
-        col = stats.setdefault("step_num", np.full(len(ev), -1, dtype=np.int64))
-        col[steps.notna().to_numpy()] = steps.dropna().astype(np.int64).to_numpy()
-    tid = pd.to_numeric(ev["tid"], errors="coerce")
-    named = tid.isna() & ev["tid"].notna()
+    stats = _arg_stats(args, aliases, len(xs))
+    step_of = np.array([int(m.group(1)) if (m := _STEP_NAME.match(u)) else -1 for u in uniq],
+                       dtype=np.int64)
+    if (step_of >= 0).any():
+        col = stats.setdefault("step_num", np.full(len(xs), -1, dtype=np.int64))
+        marked = step_of[codes] >= 0
+        col[marked] = step_of[codes][marked]
+    tid = pd.to_numeric(pd.Series(tids, dtype=object), errors="coerce")
+    named = tid.isna() & pd.Series(tids, dtype=object).notna()
     if named.any():
         # Threads named by text ("io"): one distinct negative id each, not one -1 for all (a
         # thread is (plane, line id) downstream).
-        tid[named] = -2 - pd.factorize(ev["tid"][named].astype(str))[0]
+        tid[named] = -2 - pd.factorize(pd.Series(tids, dtype=object)[named].astype(str))[0]
     tid = tid.fillna(-1).astype(np.int64).to_numpy()
     events = build_events(
         host=host,
@@ -157,7 +200,7 @@ def read_chrome_trace(path: Path, host: str,
         line=np.array(lines, dtype=object),
         line_id=tid,
         name_codes=codes,
-        names=list(uniq),
+        names=uniq,
         start_ns=np.round((ts - t0_us) * 1000).astype(np.int64),
         dur_ns=np.round(dur * 1000).astype(np.int64),
         stats=stats,
@@ -201,6 +244,19 @@ def _whole(value: object) -> bool:
     if isinstance(value, str):
         return value.isdigit()
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _numbers(values: list) -> np.ndarray:
+    """Floats of a column of JSON numbers (0 where missing or not a number)."""
+    try:
+        out = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        out = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _times_us(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
