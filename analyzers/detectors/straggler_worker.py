@@ -40,24 +40,39 @@ SEPARATE = 0.5
 CAUSE_SHARE = 0.5
 _COMPUTE = ("host_op", "device_compute")
 _PRODUCER_LINES = ("tf_data_multi_device_iterator",)
+_SAME_WORK = (
+    "The workers run the same model on equal batches, so one that computes longer is on a "
+    "slower or busier machine (other processes on it, fewer or throttled cores, a slower GPU) "
+    "or gets more of the work (a larger batch, heavier embedding shards). Move it to a machine "
+    "like the others' or rebalance its share; ")
+_ALONE = ("here its wait hides under the other workers' time, so no input finding names it.")
+_UNTRACED = (
+    "Its extra time is covered by no traced op: Python work in its loop, garbage collection, or "
+    "the OS. Capture that worker with `recadvisor capture` (the sampler shows its main thread's "
+    "states) and look for per-worker code paths (logging, checkpoints, evaluation on the "
+    "chief).")
+# cause → framework → remedy: a PyTorch job's ranks are fed and split by its own APIs.
 _REMEDY = {
-    "compute": (
-        "The workers run the same model on equal batches, so one that computes longer is on a "
-        "slower or busier machine (other processes on it, fewer or throttled cores, a slower "
-        "GPU) or gets more of the work (a larger batch, heavier embedding shards). Move it to a "
-        "machine like the others' or rebalance its share; with tf.distribute, keep the "
-        "per-replica batch equal on every worker."),
-    "input": (
-        "Its input pipeline keeps it waiting: slower storage, a larger or compressed shard, or "
-        "fewer parallel reads than the others. Give every worker the same shard sizes and "
-        "storage class, and parallel interleave and prefetch in its pipeline. To see which, "
-        "analyze its .xplane.pb alone, copied into a run folder of its own: here its wait "
-        "hides under the other workers' time, so no input finding names it."),
-    "untraced": (
-        "Its extra time is covered by no traced op: Python work in its loop, garbage "
-        "collection, or the OS. Capture that worker with `recadvisor capture` (the sampler shows "
-        "its main thread's states) and look for per-worker code paths (logging, checkpoints, "
-        "evaluation on the chief)."),
+    "compute": {
+        "tensorflow": _SAME_WORK + "with tf.distribute, keep the per-replica batch equal on "
+                                   "every worker.",
+        "pytorch": _SAME_WORK + "keep every rank's batch size equal, and its data split even "
+                                "(DistributedSampler, drop_last=True) so no rank gets more.",
+    },
+    "input": {
+        "tensorflow": (
+            "Its input pipeline keeps it waiting: slower storage, a larger or compressed shard, "
+            "or fewer parallel reads than the others. Give every worker the same shard sizes "
+            "and storage class, and parallel interleave and prefetch in its pipeline. To see "
+            "which, analyze its .xplane.pb alone, copied into a run folder of its own: "
+            + _ALONE),
+        "pytorch": (
+            "Its DataLoader keeps it waiting: slower storage, larger samples, or fewer loader "
+            "workers than the others. Give every rank the same storage class and "
+            "DataLoader(num_workers=N, pin_memory=True, persistent_workers=True). To see which, "
+            "analyze its trace file alone: " + _ALONE),
+    },
+    "untraced": {"tensorflow": _UNTRACED, "pytorch": _UNTRACED},
 }
 _WHAT = {"compute": "computes", "input": "waits for its input"}
 _TITLE = {"compute": "it computes longer", "input": "it waits longer for its input",
@@ -189,7 +204,7 @@ def detect(ctx: Context) -> Finding | None:
         step_fraction=saved,
         speedup=speedup_from_saving(saved),
         evidence=evidence,
-        remedy=_REMEDY[cause],
+        remedy=_REMEDY[cause][ctx.framework],
         numbers={"straggler": straggler, "steps_held_up": count, "cause": cause,
                  "others_wait_ms": round(waited_ms, 3), "wait_fraction": round(saved, 4),
                  "collective_fraction": round(in_collective, 4),

@@ -262,6 +262,7 @@ def test_recorded_pytorch_cpu_ddp_straggler(tmp_path):
     found = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0, 1))).findings}
     f = found["straggler_worker"]
     assert f.numbers["straggler"] == "rank1" and f.numbers["cause"] == "compute"
+    assert "DistributedSampler" in f.remedy and "tf.distribute" not in f.remedy
     assert f.severity == "high" and f.step_fraction > 0.5, f.evidence
     alone = {f.id: f for f in analyze(_gloo(tmp_path, "straggler", (0,))).findings}
     assert alone["collective_overhead"].step_fraction > 0.5

@@ -49,6 +49,9 @@ def test_one_worker_holds_the_other_up(tmp_path, slow, cause):
     assert f.step_fraction == pytest.approx(0.15, abs=0.002) and f.severity == "medium"
     assert f.speedup == pytest.approx(1 / 0.85, rel=0.01)
     assert "worker_b" in f.title
+    # A TF job's remedy names TF's APIs (a PyTorch job's: test_recorded_traces).
+    if cause != "untraced":
+        assert ("tf.distribute" if cause == "compute" else ".xplane.pb") in f.remedy
     if cause == "compute":
         assert f.numbers["compute_ms"] == pytest.approx(45, abs=0.5)
         assert f.numbers["others_compute_ms"] == pytest.approx(30, abs=0.5)
