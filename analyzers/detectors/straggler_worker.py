@@ -45,7 +45,7 @@ _SAME_WORK = (
     "slower or busier machine (other processes on it, fewer or throttled cores, a slower GPU) "
     "or gets more of the work (a larger batch, heavier embedding shards). Move it to a machine "
     "like the others' or rebalance its share; ")
-_ALONE = ("here its wait hides under the other workers' time, so no input finding names it.")
+_ALONE = "here its wait hides under the other workers' time, so no input finding names it."
 _UNTRACED = (
     "Its extra time is covered by no traced op: Python work in its loop, garbage collection, or "
     "the OS. Capture that worker with `recadvisor capture` (the sampler shows its main thread's "
