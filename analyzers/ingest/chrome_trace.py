@@ -274,12 +274,6 @@ def _numbers(values: list) -> np.ndarray:
     return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _times_us(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Start and duration of each complete event, in microseconds (0 where unreadable)."""
-    return tuple(pd.to_numeric(ev[c], errors="coerce").fillna(0).to_numpy(np.float64)
-                 for c in ("ts", "dur"))
-
-
 def _timeline_devices(proc_names: dict) -> dict | None:
     """pid → its device match, when every named process is a TF1 timeline's; else None."""
     found = {pid: m for pid, name in proc_names.items() if (m := _TIMELINE_PID.match(name))}
@@ -325,7 +319,7 @@ def _read_timeline(path: Path, ev: pd.DataFrame, devices: dict) -> tuple[pd.Data
     node = ev["args"].map(lambda a: a.get("name") if isinstance(a, dict) else None)
     own = ~on_device & node.notna().to_numpy() & (node != op).to_numpy()
     names = np.where(own, node.astype(str) + ":" + op, op).astype(object)
-    ts, dur = _times_us(ev)
+    ts, dur = _numbers(ev["ts"].tolist()), _numbers(ev["dur"].tolist())
     # Lanes of one process are its rows: ids by (process, lane), whatever their types.
     line_ids = pd.factorize(pid.astype(str) + "\x00" + ev["tid"].astype(str))[0].astype(np.int64)
     start, end = ts.min(), (ts + dur).max()
