@@ -109,6 +109,7 @@ class Report:
             "hardware": {"accelerator": self.ctx.has_accelerator,
                          "device_planes": self.ctx.device_planes,
                          "hosts": self.ctx.n_hosts, "host_roles": self.ctx.host_roles,
+                         "world_size": self.run.world_size,
                          "devices": self.ctx.n_devices,
                          "cpus": self.ctx.n_cpus},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
@@ -196,6 +197,8 @@ def render_text(report: Report, markdown: bool = False) -> str:
     hw = d["hardware"]
     kind = "accelerator " + ", ".join(hw["device_planes"]) if hw["accelerator"] else "CPU only"
     hosts = f", {hw['hosts']} hosts" if hw["hosts"] > 1 else ""
+    if (hw.get("world_size") or 0) > 1:  # a PyTorch job's ranks: how many of them the run holds
+        hosts = f", {hw['hosts']} of {hw['world_size']} ranks"
     if hw["host_roles"]:
         hosts += " (" + ", ".join(f"{n} {job}" for job, n in hw["host_roles"].items()) + ")"
     out.append(f"hardware: {kind}{hosts}"

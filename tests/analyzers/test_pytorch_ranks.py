@@ -14,7 +14,7 @@ import pytest
 
 from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
 from analyzers.ingest.logdir import load_run
-from analyzers.report import analyze
+from analyzers.report import analyze, render_text
 
 DATA = Path(__file__).parent / "data"
 GLOO = DATA / "pytorch-cpu-gloo"
@@ -39,6 +39,7 @@ def test_default_worker_names_are_read_as_ranks(tmp_path):
     found = {f.id: f for f in report.findings}
     assert found["straggler_worker"].numbers["straggler"] == "rank 1 (vm_4243)"
     assert "Worker rank 1 (vm_4243) is the straggler" in found["straggler_worker"].title
+    assert "hardware: CPU only, 2 of 2 ranks, 2 device(s)" in render_text(report)
 
 
 def test_ranks_sharing_a_worker_name_are_not_cycles(tmp_path):
@@ -74,6 +75,8 @@ def test_one_rank_alone_knows_its_group(tmp_path):
     coll = {f.id: f for f in report.findings}["collective_overhead"]
     assert coll.numbers["group_size"] == 2 and coll.numbers["peers_outside"]
     assert "in a group of 2, 1 in this trace" in coll.title
+    assert report.to_dict()["hardware"]["world_size"] == 2
+    assert "hardware: CPU only, 1 of 2 ranks, 1 device(s)" in render_text(report)
 
 
 def test_processes_without_ranks_keep_their_worker_names():
@@ -81,6 +84,7 @@ def test_processes_without_ranks_keep_their_worker_names():
     cycles = sorted((DATA / "pytorch-cpu-cycles").glob("*.pt.trace.json.gz"))
     single = load_run(cycles[-1])
     assert single.hosts == ["vm_21481"] and single.world_size is None
+    assert "ranks" not in render_text(analyze(cycles[-1])).splitlines()[1]
     assert kineto_header(cycles[-1]) == KinetoHeader(machine="vm")
     old = DATA / "kineto-2021" / "resnet50_num_workers_0.json.gz"
     assert kineto_header(old) is None and load_run(old).world_size is None
