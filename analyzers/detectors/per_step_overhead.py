@@ -114,8 +114,7 @@ def detect(ctx: Context) -> Finding | None:
             f"as TensorFlow calls return ({gil.count} waits of {MIN_WAIT_NS / 1e6:g} ms or "
             "more): another thread of the process runs Python beside the loop (a callback's "
             "or logger's thread, a data thread outside tf.data); fewer calls wait fewer times, "
-            "and that thread is "
-            "worth a look (docs/trace-signals.md, \"GIL waits\")")
+            "and that thread is worth a look (docs/trace-signals.md, \"GIL waits\")")
         numbers_gil = round(gil.share, 4)
     else:
         numbers_gil = None

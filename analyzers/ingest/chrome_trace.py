@@ -102,9 +102,7 @@ def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFra
                         "only (no op scopes, input-pipeline stage paths or step numbers) and may "
                         "leave small events out; analyze the .xplane.pb it was made from")
     raw = doc["traceEvents"] if isinstance(doc, dict) else doc
-    records = [e for e in raw if isinstance(e, dict)]
-    raw.clear()  # `records` holds the events alone: _read_events frees them as it goes
-    return _read_events(path, host, records)
+    return _read_events(path, host, [e for e in raw if isinstance(e, dict)])
 
 
 @contextlib.contextmanager
@@ -191,23 +189,19 @@ def _read_events(path: Path, host: str, records: list[dict]) -> tuple[pd.DataFra
                     "Group size": "group_size"})
     n = len(xs)
     stats = _arg_stats(args, aliases, n)
-    # Every column is read: the dicts (~800 bytes an event) are freed for the table and the
-    # analysis after it. The peak stays the parse's (docs/trace-signals.md).
-    records.clear()
-    xs.clear()
-    args.clear()
     step_of = np.array([int(m.group(1)) if (m := _STEP_NAME.match(u)) else -1 for u in uniq],
                        dtype=np.int64)
     if (step_of >= 0).any():
         col = stats.setdefault("step_num", np.full(n, -1, dtype=np.int64))
-        marked = step_of[codes] >= 0
-        col[marked] = step_of[codes][marked]
-    tid = pd.to_numeric(pd.Series(tids, dtype=object), errors="coerce")
-    named = tid.isna() & pd.Series(tids, dtype=object).notna()
+        step = step_of[codes]
+        col[step >= 0] = step[step >= 0]
+    tid_values = pd.Series(tids, dtype=object)
+    tid = pd.to_numeric(tid_values, errors="coerce")
+    named = tid.isna() & tid_values.notna()
     if named.any():
         # Threads named by text ("io"): one distinct negative id each, not one -1 for all (a
         # thread is (plane, line id) downstream).
-        tid[named] = -2 - pd.factorize(pd.Series(tids, dtype=object)[named].astype(str))[0]
+        tid[named] = -2 - pd.factorize(tid_values[named].astype(str))[0]
     tid = tid.fillna(-1).astype(np.int64).to_numpy()
     events = build_events(
         host=host,
