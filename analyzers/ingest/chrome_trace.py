@@ -11,12 +11,14 @@ microseconds.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import gc
 import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,11 +28,13 @@ import pandas as pd
 from analyzers.events import (
     GPU_ANNOTATIONS_LINE,
     SESSION_RUN,
+    SESSION_STATS,
     TEXT_STATS,
     TIMELINE_RUN,
     build_events,
     stat_aliases,
 )
+from analyzers.ingest.json_chunks import NotATrace, TraceJsonError, TraceText
 
 # Kineto before PyTorch 1.10 named the GPU's categories `Kernel`, `Memcpy`, `Memset`
 # (docs/trace-signals.md, "PyTorch DataLoader").
@@ -49,36 +53,24 @@ _TIMELINE_PID = re.compile(r"^(?:/job:(?P<job>[^/]+)/replica:\d+/task:(?P<task>\
                            r"(?:/(?P<sub>stream:(?P<stream>\d*)(?:<(?P<copy>\w+)>)?|stream:all|"
                            r"memcpy|sync))? (?:Compute|Tensors)$")
 _FILE_STEP = re.compile(r"(\d+)(?:\.json(?:\.gz)?)$")
+# Bytes of the file read (and decompressed) at a time.
+_PIECE_BYTES = 1 << 20
 RECORD_COLUMNS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "args"]
 
 
-class NotATrace(ValueError):
-    """Readable JSON that is not a trace (a config or hyperparameter file beside the traces)."""
-
-
-def load_json(path: Path) -> dict | list:
-    raw = Path(path).read_bytes()
-    if not raw:
-        raise ValueError(f"{path}: empty trace file")
-    try:
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        try:
-            # Decoded here so the bytes are freed before parsing: json.loads(bytes) would hold
-            # the bytes, their text and the objects at once (3 copies of a 344 MB trace).
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return json.loads(raw)  # UTF-16/32, which json detects
-        del raw
-        return json.loads(text)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable JSON trace ({e})") from None
-
-
-def is_trace_json(doc: object) -> bool:
-    return (isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list)) or (
-        isinstance(doc, list) and (not doc or isinstance(doc[0], dict) and "ph" in doc[0])
-    )
+def text_pieces(path: Path) -> Iterator[str]:
+    """The file's text, decompressed and decoded a piece at a time, as json.loads would decode
+    it (UTF-8, or the UTF-16/32 it detects). Read errors surface as the pieces are taken."""
+    with open(path, "rb") as raw:
+        gzipped = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        f = gzip.GzipFile(fileobj=raw) if gzipped else raw
+        piece = f.read(_PIECE_BYTES)
+        decoder = codecs.getincrementaldecoder(json.detect_encoding(piece))("surrogatepass")
+        while piece:
+            yield decoder.decode(piece)
+            piece = f.read(_PIECE_BYTES)
+        yield decoder.decode(b"", final=True)
 
 
 def read_chrome_trace(path: Path, host: str,
@@ -87,22 +79,41 @@ def read_chrome_trace(path: Path, host: str,
     the file cannot tell is appended to `warnings`."""
     # A trace is millions of small dicts that hold no cycles: the collector's passes over them
     # as they are made took ~30% of the read (docs/trace-signals.md, "Reading Chrome traces").
-    # They are freed when _read returns, before the collector is back: it never sees them.
+    # Each piece's dicts are freed before the next is parsed: the collector never sees them.
     with _gc_paused():
         return _read(path, host, warnings)
 
 
 def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFrame, int]:
-    doc = load_json(path)
-    if not is_trace_json(doc):
-        raise NotATrace(f"{path}: JSON without a traceEvents list: not a Chrome trace")
-    if isinstance(doc, dict) and "returnedEventsSize" in doc and warnings is not None:
+    if Path(path).stat().st_size == 0:
+        raise ValueError(f"{path}: empty trace file")
+    doc = TraceText(text_pieces(path))
+    columns = _Columns()
+    try:
+        for chunk in doc.chunks():
+            columns.add([e for e in chunk if isinstance(e, dict)])
+            del chunk
+    except (TraceJsonError, OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON trace ({e})") from None
+    except NotATrace:
+        raise NotATrace(f"{path}: JSON without a traceEvents list: not a Chrome trace") from None
+    if "returnedEventsSize" in doc.members and warnings is not None:
         # TensorBoard's trace viewer fetches this view and asks for each event's details by uid.
         warnings.append(f"{Path(path).name}: xprof's trace-viewer view JSON carries display names "
                         "only (no op scopes, input-pipeline stage paths or step numbers) and may "
                         "leave small events out; analyze the .xplane.pb it was made from")
-    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
-    return _read_events(path, host, [e for e in raw if isinstance(e, dict)])
+    columns.add_begin_end()
+    if not columns.n:
+        return build_events(**_no_rows(host)), 0
+    timeline = _timeline_devices(columns.proc_names)
+    if timeline is not None:
+        # A TF1 timeline is one Session.run (a few MB): read again, whole, for its records.
+        records = [e for chunk in TraceText(text_pieces(path)).chunks() for e in chunk
+                   if isinstance(e, dict)]
+        xs = [e for e in records if e.get("ph") == "X"] + _begin_end_records(records)
+        return _read_timeline(path, pd.DataFrame.from_records(xs, columns=RECORD_COLUMNS),
+                              timeline)
+    return columns.table(host)
 
 
 @contextlib.contextmanager
@@ -116,107 +127,149 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_events(path: Path, host: str, records: list[dict]) -> tuple[pd.DataFrame, int]:
-    """The events of a trace's records, built column by column from the records (a DataFrame
-    of them, with pandas' Arrow strings, cost more than the parse)."""
-    if not records:
-        return build_events(**_no_rows(host)), 0
-    proc_names, thread_names = {}, {}
-    for e in records:
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
-            a = e.get("args") if isinstance(e.get("args"), dict) else {}
-            if e["name"] == "process_name":
-                proc_names[e.get("pid")] = str(a.get("name", e.get("pid")))
+class _Columns:
+    """The event table's columns, gathered a piece of the trace at a time. What depends on the
+    whole trace (process and thread names, which Kineto writes last; the first timestamp; names
+    that only TF1 sessions use) is resolved in table(): events keep codes of their names and
+    of their places (pid, tid, category, GPU device) meanwhile."""
+
+    def __init__(self) -> None:
+        self.proc_names: dict = {}
+        self.thread_names: dict = {}
+        self.n = 0
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.name_codes: list[np.ndarray] = []
+        self.name_index: dict[str, int] = {}
+        self.place_codes: list[np.ndarray] = []
+        self.place_index: dict[tuple, int] = {}
+        self.stats: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self.begin_end: list[dict] = []
+        # Every stat a trace may carry: the TF1 session stats are dropped in table() when the
+        # trace has no Session.run. PyTorch: `correlation` links a kernel to its launch;
+        # `External id` links CPU ops to each other and would overwrite it, so it is not read.
+        self.aliases = stat_aliases(True)
+        self.aliases.update({"correlation": "correlation_id",
+                             "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
+                             "Group size": "group_size"})
+
+    def add(self, records: list[dict]) -> None:
+        for e in records:
+            if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+                a = e.get("args") if isinstance(e.get("args"), dict) else {}
+                if e["name"] == "process_name":
+                    self.proc_names[e.get("pid")] = str(a.get("name", e.get("pid")))
+                else:
+                    self.thread_names[(e.get("pid"), e.get("tid"))] = str(
+                        a.get("name", e.get("tid")))
+        self.begin_end += [e for e in records if e.get("ph") in ("B", "E")]
+        xs = [e for e in records if e.get("ph") == "X"]
+        if xs:
+            self._add_complete(xs)
+
+    def add_begin_end(self) -> None:
+        if self.begin_end:
+            self._add_complete(_begin_end_records(self.begin_end))
+            self.begin_end = []
+
+    def _add_complete(self, xs: list[dict]) -> None:
+        n = len(xs)
+        self.ts.append(_numbers([e.get("ts") for e in xs]))
+        self.dur.append(_numbers([e.get("dur") for e in xs]))
+        args = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
+        cats = [_text(e.get("cat")) for e in xs]
+        # A GPU event's plane comes from its device arg (the pid's name when it has none).
+        places = [(e.get("pid"), e.get("tid"), c,
+                   a.get("device", e.get("pid")) if c in _GPU_CATS else None)
+                  for e, a, c in zip(xs, args, cats, strict=True)]
+        index = self.place_index
+        try:
+            codes = [index.setdefault(k, len(index)) for k in places]
+        except TypeError:  # a list or object where an id belongs
+            codes = [index.setdefault(k, len(index))
+                     for k in (tuple(map(_hashable, k)) for k in places)]
+        self.place_codes.append(np.array(codes, dtype=np.int64))
+        # xprof's trace-viewer export names an event by its metadata's short display name
+        # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`
+        # (`scope/op:ReadVariableOp`, `Iterator::Root::Prefetch::BatchV2`): the detectors key on
+        # the latter (docs/trace-signals.md, "Chrome trace JSON").
+        names = [_text(a["long_name"]) if a.get("long_name") is not None else _text(e.get("name"))
+                 for e, a in zip(xs, args, strict=True)]
+        codes, uniq = pd.factorize(np.array(names, dtype=object))
+        index = self.name_index
+        known = np.array([index.setdefault(u, len(index)) for u in uniq.tolist()],
+                         dtype=np.int64)
+        self.name_codes.append(known[codes])
+        for col, values in _arg_stats(args, self.aliases, n).items():
+            rows = np.flatnonzero(pd.notna(values) if col in TEXT_STATS else values != -1)
+            got = self.stats.setdefault(col, ([], []))
+            got[0].append(rows + self.n)
+            got[1].append(values[rows])
+        self.n += n
+
+    def table(self, host: str) -> tuple[pd.DataFrame, int]:
+        ts, dur = np.concatenate(self.ts), np.concatenate(self.dur)
+        t0_us = ts.min()
+        names = list(self.name_index)
+        codes = np.concatenate(self.name_codes)
+        stats: dict = {col: (np.concatenate(rows), np.concatenate(values))
+                       for col, (rows, values) in self.stats.items()
+                       if SESSION_RUN in self.name_index or col not in SESSION_STATS}
+        step_of = np.array([int(m.group(1)) if (m := _STEP_NAME.match(u)) else -1
+                            for u in names], dtype=np.int64)
+        if (step_of >= 0).any():
+            col = np.full(self.n, -1, dtype=np.int64)
+            if "step_num" in stats:
+                col[stats["step_num"][0]] = stats["step_num"][1]
+            step = step_of[codes]
+            col[step >= 0] = step[step >= 0]
+            stats["step_num"] = col
+        place_codes = np.concatenate(self.place_codes)
+        plane, line, line_id = self._places()
+        events = build_events(
+            host=host,
+            plane=(place_codes, plane),
+            line=(place_codes, line),
+            line_id=line_id[place_codes],
+            name_codes=codes,
+            names=names,
+            start_ns=np.round((ts - t0_us) * 1000).astype(np.int64),
+            dur_ns=np.round(dur * 1000).astype(np.int64),
+            stats=stats,
+        )
+        # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
+        t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
+        return events, t0_ns
+
+    def _places(self) -> tuple[list[str], list[str], np.ndarray]:
+        """Each place's plane, line and line id."""
+        # xprof's view JSON prefixes the host: `vm /host:CPU`.
+        pid_plane = {}
+        for pid in {k[0] for k in self.place_index}:
+            pname = self.proc_names.get(pid, str(pid))
+            m = _PLANE.search(pname)
+            pid_plane[pid] = m.group(1) if m else pname
+        planes, lines, tids = [], [], []
+        for pid, tid, cat, device in self.place_index:
+            pname = pid_plane[pid]
+            if cat in _GPU_CATS:
+                planes.append(pname if pname.startswith("/device:") else f"/device:GPU:{device}")
             else:
-                thread_names[(e.get("pid"), e.get("tid"))] = str(a.get("name", e.get("tid")))
-    xs = [e for e in records if e.get("ph") == "X"]
-    if any(e.get("ph") in ("B", "E") for e in records):
-        xs += _begin_end_pairs(pd.DataFrame.from_records(
-            [e for e in records if e.get("ph") in ("B", "E")], columns=RECORD_COLUMNS),
-        ).to_dict("records")
-    if not xs:
-        return build_events(**_no_rows(host)), 0
-    timeline = _timeline_devices(proc_names)
-    if timeline is not None:
-        return _read_timeline(path, pd.DataFrame.from_records(xs, columns=RECORD_COLUMNS),
-                              timeline)
-    ts = _numbers([e.get("ts") for e in xs])
-    dur = _numbers([e.get("dur") for e in xs])
-    t0_us = ts.min()
-    args = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
-    cats = [_text(e.get("cat")) for e in xs]
-    pids = [e.get("pid") for e in xs]
-    tids = [e.get("tid") for e in xs]
-    # xprof's view JSON prefixes the host: `vm /host:CPU`.
-    pid_plane = {}
-    for pid in set(pids):
-        pname = proc_names.get(pid, str(pid))
-        m = _PLANE.search(pname)
-        pid_plane[pid] = m.group(1) if m else pname
-
-    def gpu_plane(pid: object, a: dict) -> str:
-        pname = pid_plane[pid]
-        return pname if pname.startswith("/device:") else f"/device:GPU:{a.get('device', pid)}"
-
-    planes = [gpu_plane(pid, a) if cat in _GPU_CATS
-              else pname if (pname := pid_plane[pid]).startswith("/") else "/host:CPU"
-              for pid, cat, a in zip(pids, cats, args, strict=True)]
-    # Kineto copies a CPU annotation onto the stream of the kernels it launched: a span over
-    # them, not device work of its own (docs/trace-signals.md, "PyTorch GPU traces").
-    line_of: dict = {}
-    lines = []
-    for p, t, cat in zip(pids, tids, cats, strict=True):
-        if cat == "gpu_user_annotation":
-            lines.append(GPU_ANNOTATIONS_LINE)
-            continue
-        line = line_of.get((p, t))
-        if line is None:
-            line = line_of[(p, t)] = thread_names.get((p, t), _tid_text(t))
-        lines.append(line)
-    # xprof's trace-viewer export names an event by its metadata's short display name
-    # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`
-    # (`scope/op:ReadVariableOp`, `Iterator::Root::Prefetch::BatchV2`): the detectors key on the
-    # latter (docs/trace-signals.md, "Chrome trace JSON").
-    names = [_text(a["long_name"]) if a.get("long_name") is not None else _text(e.get("name"))
-             for e, a in zip(xs, args, strict=True)]
-    codes, uniq = pd.factorize(np.array(names, dtype=object))
-    uniq = [str(u) for u in uniq]
-    aliases = stat_aliases(SESSION_RUN in uniq)
-    # PyTorch: `correlation` links a kernel to its launch; `External id` links CPU ops to each
-    # other and would overwrite it, so it is not read.
-    aliases.update({"correlation": "correlation_id",
-                    "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
-                    "Group size": "group_size"})
-    n = len(xs)
-    stats = _arg_stats(args, aliases, n)
-    step_of = np.array([int(m.group(1)) if (m := _STEP_NAME.match(u)) else -1 for u in uniq],
-                       dtype=np.int64)
-    if (step_of >= 0).any():
-        col = stats.setdefault("step_num", np.full(n, -1, dtype=np.int64))
-        step = step_of[codes]
-        col[step >= 0] = step[step >= 0]
-    tid_values = pd.Series(tids, dtype=object)
-    tid = pd.to_numeric(tid_values, errors="coerce")
-    named = tid.isna() & tid_values.notna()
-    if named.any():
-        # Threads named by text ("io"): one distinct negative id each, not one -1 for all (a
-        # thread is (plane, line id) downstream).
-        tid[named] = -2 - pd.factorize(tid_values[named].astype(str))[0]
-    tid = tid.fillna(-1).astype(np.int64).to_numpy()
-    events = build_events(
-        host=host,
-        plane=np.array(planes, dtype=object),
-        line=np.array(lines, dtype=object),
-        line_id=tid,
-        name_codes=codes,
-        names=uniq,
-        start_ns=np.round((ts - t0_us) * 1000).astype(np.int64),
-        dur_ns=np.round(dur * 1000).astype(np.int64),
-        stats=stats,
-    )
-    # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
-    t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
-    return events, t0_ns
+                planes.append(pname if pname.startswith("/") else "/host:CPU")
+            # Kineto copies a CPU annotation onto the stream of the kernels it launched: a span
+            # over them, not device work of its own (docs/trace-signals.md, "PyTorch GPU
+            # traces").
+            lines.append(GPU_ANNOTATIONS_LINE if cat == "gpu_user_annotation"
+                         else self.thread_names.get((pid, tid), _tid_text(tid)))
+            tids.append(tid)
+        tid_values = pd.Series(tids, dtype=object)
+        tid = pd.to_numeric(tid_values, errors="coerce")
+        named = tid.isna() & tid_values.notna()
+        if named.any():
+            # Threads named by text ("io"): one distinct negative id each, not one -1 for all (a
+            # thread is (plane, line id) downstream).
+            tid[named] = -2 - pd.factorize(tid_values[named].astype(str))[0]
+        return planes, lines, tid.fillna(-1).astype(np.int64).to_numpy()
 
 
 def _arg_stats(args: list[dict], aliases: dict[str, str], n: int) -> dict[str, np.ndarray]:
@@ -334,6 +387,14 @@ def _read_timeline(path: Path, ev: pd.DataFrame, devices: dict) -> tuple[pd.Data
     return events, int(start * 1000)
 
 
+def _begin_end_records(records: list[dict]) -> list[dict]:
+    be = [e for e in records if e.get("ph") in ("B", "E")]
+    if not be:
+        return []
+    return _begin_end_pairs(pd.DataFrame.from_records(be, columns=RECORD_COLUMNS)).to_dict(
+        "records")
+
+
 def _begin_end_pairs(frame: pd.DataFrame) -> pd.DataFrame:
     """`B`/`E` duration events as complete (`X`) rows. On one thread they nest like a stack:
     ranked by time (file order breaking ties), each event gets the depth it opens or closes, and
@@ -363,6 +424,14 @@ def _begin_end_pairs(frame: pd.DataFrame) -> pd.DataFrame:
                          "pid": b["pid"].to_numpy(), "tid": b["tid"].to_numpy(),
                          "ts": b["ts"].to_numpy(),
                          "dur": e["ts"].to_numpy() - b["ts"].to_numpy(), "args": args})
+
+
+def _hashable(value: object) -> object:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 def _tid_text(tid: object) -> str:
