@@ -43,9 +43,9 @@ class TraceText:
     members are in `members` once it is done. Raises TraceJsonError on text that is not JSON,
     NotATrace on JSON that is not a trace."""
 
-    def __init__(self, pieces: str | Iterable[str], chunk_chars: int = CHUNK_CHARS) -> None:
+    def __init__(self, pieces: str | Iterable[str], chunk_chars: int | None = None) -> None:
         self._pieces = iter([pieces] if isinstance(pieces, str) else pieces)
-        self.chunk_chars = chunk_chars
+        self.chunk_chars = chunk_chars or CHUNK_CHARS
         self.members: dict[str, object] = {}
         # What is read and not yet parsed; positions below index it.
         self.buf = ""
@@ -141,14 +141,17 @@ class TraceText:
 
     def _middle(self, pos: int) -> tuple[list, int] | None:
         """The elements from `pos` to a cut about chunk_chars on, and where the next begins."""
-        meet = _MEET.search(self.buf, pos + self.chunk_chars)
-        for _ in range(_TRIES):
+        start, tries = pos + self.chunk_chars, 0
+        while tries < _TRIES:
+            meet = _MEET.search(self.buf, start)
             if meet is None:
+                if self._more():
+                    continue
                 return None
             run = _elements(self.buf, pos, meet.start() + 1)
             if run is not None:
                 return run, meet.end() - 1
-            meet = _MEET.search(self.buf, meet.end())
+            start, tries = meet.end(), tries + 1
         return None
 
     def _last(self, pos: int) -> tuple[list, int] | None:
