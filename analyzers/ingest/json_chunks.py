@@ -9,8 +9,10 @@ turns one run into columns before the next is made, and the text before it is dr
 A run ends where two of the array's elements meet (`}`, a comma, `{`). A string or a nested
 array can hold that text too, but a run cut there does not parse: within a string, its quotes do
 not pair; within a nested array, its brackets do not close. So a run that parses was cut between
-two elements, and a cut that fails is moved on to the next match (a few times; then the rest is
-read one element at a time, the slower way that needs no cut).
+two elements, and a cut that fails is moved on to the next match (a few times; then a run is
+read one element at a time, the slower way that needs no cut). The last run ends at the first
+`}]` after which its elements parse: the array's own `]` (what follows the array, such as
+Kineto's log lines, may hold any number of `]`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ _TRIES = 3
 _ITEMS = 50_000
 _WS = re.compile(r"[ \t\n\r]*")
 _MEET = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
+_CLOSE = re.compile(r"\}[ \t\n\r]*\]")
 _DECODER = json.JSONDecoder()
+# _middle found no place to cut past a run: the array ends within one (or is not of objects).
+_NO_MEET = object()
 
 
 class NotATrace(ValueError):
@@ -123,7 +128,12 @@ class TraceText:
             while len(self.buf) - pos <= 2 * self.chunk_chars and self._more():
                 pass
             last = len(self.buf) - pos <= 2 * self.chunk_chars
-            got = self._last(pos) if last else self._middle(pos)
+            got = None if last else self._middle(pos)
+            if got is _NO_MEET:
+                # No two elements meet beyond a run from here: what follows the array is long.
+                last = True
+            if last:
+                got = self._last(pos)
             if got is not None:
                 run, pos = got
                 if last:
@@ -139,15 +149,16 @@ class TraceText:
             pos = self._drop(pos)
             yield run
 
-    def _middle(self, pos: int) -> tuple[list, int] | None:
-        """The elements from `pos` to a cut about chunk_chars on, and where the next begins."""
+    def _middle(self, pos: int) -> tuple[list, int] | object | None:
+        """The elements from `pos` to a cut about chunk_chars on, and where the next begins;
+        _NO_MEET when there is no place to cut after chunk_chars."""
         start, tries = pos + self.chunk_chars, 0
         while tries < _TRIES:
             meet = _MEET.search(self.buf, start)
             if meet is None:
                 if self._more():
                     continue
-                return None
+                return _NO_MEET if tries == 0 else None
             run = _elements(self.buf, pos, meet.start() + 1)
             if run is not None:
                 return run, meet.end() - 1
@@ -156,16 +167,19 @@ class TraceText:
 
     def _last(self, pos: int) -> tuple[list, int] | None:
         """The elements from `pos` to the array's `]` (all the text is read), and the index
-        after it. That `]` is the text's last, or one before it when the object has members
-        after the array."""
-        close = len(self.buf)
+        after it. The first `}]` after which the elements parse is that `]`: after an element
+        of the array, only its `]` or a comma may come."""
+        if self._char(pos) == "]":
+            return [], pos + 1
+        start = pos
         for _ in range(_TRIES):
-            close = self.buf.rfind("]", pos, close)
-            if close < 0:
+            close = _CLOSE.search(self.buf, start)
+            if close is None:
                 return None
-            run = _elements(self.buf, pos, close)
+            run = _elements(self.buf, pos, close.start() + 1)
             if run is not None:
-                return run, close + 1
+                return run, close.end()
+            start = close.end()
         return None
 
     def _one_by_one(self, pos: int) -> tuple[list, int, bool]:

@@ -81,6 +81,23 @@ def test_element_by_element_when_no_cut_parses(monkeypatch):
     assert max(len(run) for run in runs) == 4
 
 
+@pytest.mark.parametrize("piece", [7, None])
+def test_kineto_trailer_is_not_read_element_by_element(monkeypatch, piece):
+    # Kineto writes its log lines after the array, each with a `]` ("...cpp:976] Enabling GPU
+    # tracing"): the array's end is found by the `}]` that closes it, not the text's last `]`.
+    def slow(*_):
+        raise AssertionError("read element by element")
+
+    monkeypatch.setattr(TraceText, "_one_by_one", slow)
+    events = [{"ph": "X", "name": f"op{i}", "ts": i, "args": {"Input Dims": [[1, 2], []]}}
+              for i in range(200)]
+    info = [f"INFO:2024-05-22 CuptiActivityProfiler.cpp:{i}] line {i}" for i in range(30)]
+    doc = {"traceEvents": events, "INFO": info, "traceName": "/tmp/t.json",
+           "baseTimeNanoseconds": 1711964646000000000}
+    runs, members = _read(json.dumps(doc, indent=1), 500, piece)
+    assert [e for run in runs for e in run] == events and members["INFO"] == info
+
+
 def test_bare_array_and_empty_arrays():
     assert [e for run in _read(json.dumps(TRICKY_EVENTS), 64, 10)[0] for e in run] == \
         TRICKY_EVENTS
