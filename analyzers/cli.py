@@ -21,7 +21,9 @@ def add_parser(subparsers) -> None:
         "2 on bad input.",
     )
     a.add_argument("logdir", type=Path, help="logdir, run folder, or a single trace file")
-    a.add_argument("--run", help="run name under plugins/profile/ (default: the latest)")
+    a.add_argument("--run", help="run name under plugins/profile/ (default: the latest); "
+                   "cycle:K reads each PyTorch worker's K-th profiling cycle (1 the first, "
+                   "-1 the last, the default) of a folder holding several")
     a.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     a.add_argument("--fail-on", choices=("high", "medium"),
                    help="exit 3 when a finding has this severity or worse")

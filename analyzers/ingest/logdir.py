@@ -119,6 +119,13 @@ def walk_files(root: Path, patterns: tuple[str, ...]) -> Iterator[Path]:
                 yield Path(folder) / name
 
 
+def _is_run_name(path: Path, run: str) -> bool:
+    try:
+        return any(r.name == run or str(r) == run for r in find_runs(path))
+    except (OSError, ValueError):
+        return False
+
+
 def select_run(path: Path, run: str | None = None) -> Path:
     runs = find_runs(path)
     if run is None:
@@ -137,10 +144,22 @@ def select_run(path: Path, run: str | None = None) -> Path:
 KINETO_NAME = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d{10,20})\.pt\.trace\.json(\.gz)?$")
 
 
-def latest_cycles(files: list[Path],
-                  headers: dict[Path, KinetoHeader] | None = None) -> tuple[list[Path], int]:
-    """Each PyTorch worker's last cycle when a folder holds several per worker, and how many
-    earlier files were left out. Files of other names are kept as they are. A worker is its
+# `--run cycle:K` (or `RUN:cycle:K`): each worker's K-th profiling cycle, 1 the first, -1 the last.
+CYCLE_SPEC = re.compile(r"^(?:(?P<run>.+?)[/:])?cycle[:= ]?(?P<k>-?\d+)$")
+
+
+@dataclass
+class Cycles:
+    files: list[Path]  # the files to read: one cycle of each worker, and files of other names
+    left_out: int  # the workers' other cycles
+    count: int  # the most cycles any worker has (1 when none has several)
+    chosen: int  # the cycle read, from 1
+
+
+def choose_cycles(files: list[Path], headers: dict[Path, KinetoHeader] | None = None,
+                  cycle: int = -1) -> Cycles:
+    """Each PyTorch worker's `cycle`-th trace (from 1; negative counts from the last) when a
+    folder holds several per worker. Files of other names are kept as they are. A worker is its
     name and, where its header records one, its rank: ranks given one `worker_name` are not
     cycles of one process. The workers' cycles are told apart by order, not by time: the ranks
     of one cycle write their files milliseconds to seconds apart."""
@@ -154,10 +173,18 @@ def latest_cycles(files: list[Path],
         else:
             rank = headers[f].rank if f in headers else None
             cycles.setdefault((m["worker"], rank), []).append((int(m["stamp"]), f))
+    count = max((len(c) for c in cycles.values()), default=1)
+    if cycle == 0 or abs(cycle) > count:
+        raise ValueError(f"no profiling cycle {cycle}: the workers have {count} (1 to {count}, "
+                         "or -1 for the last)")
+    for (worker, _), c in cycles.items():
+        if abs(cycle) > len(c):
+            raise ValueError(f"no profiling cycle {cycle} of worker {worker}: it has {len(c)}")
+        kept.append(sorted(c)[cycle if cycle < 0 else cycle - 1][1])
     left_out = sum(len(c) - 1 for c in cycles.values())
-    kept += [max(c)[1] for c in cycles.values()]
     # Ranks in their order (unranked files first, by name): the hosts are listed as read.
-    return sorted(kept, key=lambda f: (f.parent, _rank(headers.get(f)), f.name)), left_out
+    kept.sort(key=lambda f: (f.parent, _rank(headers.get(f)), f.name))
+    return Cycles(kept, left_out, count, cycle if cycle > 0 else count + 1 + cycle)
 
 
 def _rank(header: KinetoHeader | None) -> int:
@@ -182,6 +209,9 @@ def _host_of(file: Path, header: KinetoHeader | None = None) -> str:
 
 
 def load_run(path: Path, run: str | None = None) -> RunData:
+    cycle = -1
+    if run is not None and (m := CYCLE_SPEC.match(run)) and not _is_run_name(path, run):
+        run, cycle = m["run"], int(m["k"])
     target = select_run(path, run)
     files = [target] if target.is_file() else _trace_files(target)
     run_dir = target.parent if target.is_file() else target
@@ -192,12 +222,14 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     warnings: list[str] = []
     headers = {f: h for f in files
                if not f.name.endswith(XPLANE_SUFFIX) and (h := kineto_header(f)) is not None}
-    files, earlier = latest_cycles(files, headers)
-    if earlier:
+    chosen = choose_cycles(files, headers, cycle)
+    files = chosen.files
+    if chosen.left_out:
         # Merged, the cycles would read as workers (or one window with a long idle gap).
         warnings.append(
-            f"{earlier} earlier PyTorch profiling cycle(s) in {run_dir.name} left out: the "
-            "last cycle of each worker is analyzed; give one file's path to analyze another")
+            f"{chosen.left_out} other PyTorch profiling cycle(s) in {run_dir.name} left out: "
+            f"cycle {chosen.chosen} of {chosen.count} of each worker is analyzed (--run cycle:K "
+            f"picks another, K from 1 to {chosen.count})")
     for f in files:
         host = _host_of(f, headers.get(f))
         if f.name.endswith(XPLANE_SUFFIX):

@@ -55,7 +55,7 @@ def test_ranks_sharing_a_worker_name_are_not_cycles(tmp_path):
     assert report.ctx.hosts == ["rank 0 (trainer)", "rank 1 (trainer)"]
     assert sorted(f.name.split(".")[1] for f in report.run.trace_files) == [
         "1795862768226491901", "1795862768227995881"]
-    assert any("2 earlier PyTorch profiling cycle(s)" in w for w in report.run.warnings)
+    assert any("2 other PyTorch profiling cycle(s)" in w for w in report.run.warnings)
     found = {f.id: f for f in report.findings}
     assert found["straggler_worker"].numbers["straggler"] == "rank 1 (trainer)"
 
