@@ -92,7 +92,7 @@ def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFra
     try:
         for chunk in doc.chunks():
             columns.add([e for e in chunk if isinstance(e, dict)])
-            del chunk
+            del chunk  # freed before the next run is parsed, not after
     except (TraceJsonError, OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable JSON trace ({e})") from None
     except NotATrace:

@@ -30,8 +30,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 _MEET = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _CLOSE = re.compile(r"\}[ \t\n\r]*\]")
 _DECODER = json.JSONDecoder()
-# _middle found no place to cut past a run: the array ends within one (or is not of objects).
-_NO_MEET = object()
+# A run of elements, the position after it, and whether that is after the array's `]`.
+_Run = tuple[list, int, bool]
 
 
 class NotATrace(ValueError):
@@ -128,49 +128,38 @@ class TraceText:
             while len(self.buf) - pos <= 2 * self.chunk_chars and self._more():
                 pass
             last = len(self.buf) - pos <= 2 * self.chunk_chars
-            got = None if last else self._middle(pos)
-            if got is _NO_MEET:
-                # No two elements meet beyond a run from here: what follows the array is long.
-                last = True
-            if last:
-                got = self._last(pos)
-            if got is not None:
-                run, pos = got
-                if last:
-                    if run:
-                        yield run
-                    return pos
-            else:
-                run, pos, closed = self._one_by_one(pos)
-                if closed:
-                    if run:
-                        yield run
-                    return pos
+            got = self._last(pos) if last else self._middle(pos)
+            run, pos, closed = got or self._one_by_one(pos)
+            if closed:
+                if run:
+                    yield run
+                return pos
             pos = self._drop(pos)
             yield run
 
-    def _middle(self, pos: int) -> tuple[list, int] | object | None:
-        """The elements from `pos` to a cut about chunk_chars on, and where the next begins;
-        _NO_MEET when there is no place to cut after chunk_chars."""
+    def _middle(self, pos: int) -> _Run | None:
+        """The elements from `pos` to a cut about chunk_chars on."""
         start, tries = pos + self.chunk_chars, 0
         while tries < _TRIES:
             meet = _MEET.search(self.buf, start)
             if meet is None:
                 if self._more():
                     continue
-                return _NO_MEET if tries == 0 else None
+                # No two elements meet past a run from here: the array ends within reach (what
+                # follows it is long), or its elements are not objects.
+                return self._last(pos) if tries == 0 else None
             run = _elements(self.buf, pos, meet.start() + 1)
             if run is not None:
-                return run, meet.end() - 1
+                return run, meet.end() - 1, False
             start, tries = meet.end(), tries + 1
         return None
 
-    def _last(self, pos: int) -> tuple[list, int] | None:
-        """The elements from `pos` to the array's `]` (all the text is read), and the index
-        after it. The first `}]` after which the elements parse is that `]`: after an element
-        of the array, only its `]` or a comma may come."""
+    def _last(self, pos: int) -> _Run | None:
+        """The elements from `pos` to the array's `]`, all the text being read. The first `}]`
+        after which the elements parse is that `]`: after an element of the array, only its
+        `]` or a comma may come."""
         if self._char(pos) == "]":
-            return [], pos + 1
+            return [], pos + 1, True
         start = pos
         for _ in range(_TRIES):
             close = _CLOSE.search(self.buf, start)
@@ -178,13 +167,12 @@ class TraceText:
                 return None
             run = _elements(self.buf, pos, close.start() + 1)
             if run is not None:
-                return run, close.end()
+                return run, close.end(), True
             start = close.end()
         return None
 
-    def _one_by_one(self, pos: int) -> tuple[list, int, bool]:
-        """Up to _ITEMS elements from `pos`, parsed one at a time (where no cut parsed): the
-        elements, the position after them, and whether the array's `]` was reached."""
+    def _one_by_one(self, pos: int) -> _Run:
+        """Up to _ITEMS elements from `pos`, parsed one at a time (where no cut parsed)."""
         run: list = []
         pos = self._skip(pos)
         if self._char(pos) == "]":
