@@ -157,11 +157,11 @@ class _Columns:
         for e in records:
             if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
                 a = e.get("args") if isinstance(e.get("args"), dict) else {}
+                pid, tid = _hashable(e.get("pid")), _hashable(e.get("tid"))
                 if e["name"] == "process_name":
-                    self.proc_names[e.get("pid")] = str(a.get("name", e.get("pid")))
+                    self.proc_names[pid] = str(a.get("name", pid))
                 else:
-                    self.thread_names[(e.get("pid"), e.get("tid"))] = str(
-                        a.get("name", e.get("tid")))
+                    self.thread_names[(pid, tid)] = str(a.get("name", tid))
         self.begin_end += [e for e in records if e.get("ph") in ("B", "E")]
         xs = [e for e in records if e.get("ph") == "X"]
         if xs:

@@ -119,13 +119,6 @@ def walk_files(root: Path, patterns: tuple[str, ...]) -> Iterator[Path]:
                 yield Path(folder) / name
 
 
-def _is_run_name(path: Path, run: str) -> bool:
-    try:
-        return any(r.name == run or str(r) == run for r in find_runs(path))
-    except (OSError, ValueError):
-        return False
-
-
 def select_run(path: Path, run: str | None = None) -> Path:
     runs = find_runs(path)
     if run is None:
@@ -187,6 +180,18 @@ def choose_cycles(files: list[Path], headers: dict[Path, KinetoHeader] | None = 
     return Cycles(kept, left_out, count, cycle if cycle > 0 else count + 1 + cycle)
 
 
+def _run_and_cycle(path: Path, run: str | None) -> tuple[Path, int]:
+    """The run `--run` names, and which PyTorch profiling cycle to read: a name that is no
+    run's may be `[RUN:]cycle:K`."""
+    m = CYCLE_SPEC.match(run) if run is not None else None
+    try:
+        return select_run(path, run), -1
+    except ValueError:
+        if m is None:
+            raise
+    return select_run(path, m["run"]), int(m["k"])
+
+
 def _rank(header: KinetoHeader | None) -> int:
     return -1 if header is None or header.rank is None else header.rank
 
@@ -209,10 +214,7 @@ def _host_of(file: Path, header: KinetoHeader | None = None) -> str:
 
 
 def load_run(path: Path, run: str | None = None) -> RunData:
-    cycle = -1
-    if run is not None and (m := CYCLE_SPEC.match(run)) and not _is_run_name(path, run):
-        run, cycle = m["run"], int(m["k"])
-    target = select_run(path, run)
+    target, cycle = _run_and_cycle(path, run)
     files = [target] if target.is_file() else _trace_files(target)
     run_dir = target.parent if target.is_file() else target
     parts: list[tuple[pd.DataFrame, int]] = []

@@ -156,6 +156,20 @@ def test_traces_read_in_small_runs_give_the_whole_parse_table(name, monkeypatch)
     assert t0 == t0_runs and len(events) > 100
 
 
+def test_ids_that_are_lists_are_read_not_crashed_on(tmp_path):
+    path = tmp_path / "odd.trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": [1], "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "thread_name", "pid": [1], "tid": {"t": 2}, "args": {"name": "io"}},
+        {"ph": "X", "name": "op", "pid": [1], "tid": {"t": 2}, "ts": 1, "dur": 2},
+        {"ph": "X", "name": "kernel", "cat": "kernel", "pid": 0, "tid": 7, "ts": 2, "dur": 1,
+         "args": {"device": [3]}}]}))
+    events, _ = read_chrome_trace(path, "h")
+    rows = events.set_index("name")
+    assert rows.loc["op", "plane"] == "/host:CPU" and rows.loc["op", "line"] == "io"
+    assert rows.loc["kernel", "plane"] == "/device:GPU:[3]"
+
+
 def _gzip_trace() -> bytes:
     events = [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1}
               for i in range(5000)]
