@@ -58,7 +58,7 @@ _PIECE_BYTES = 1 << 20
 RECORD_COLUMNS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "args"]
 
 
-def text_pieces(path: Path) -> Iterator[str]:
+def _text_pieces(path: Path) -> Iterator[str]:
     """The file's text, decompressed and decoded a piece at a time, as json.loads would decode
     it (UTF-8, or the UTF-16/32 it detects). Read errors surface as the pieces are taken."""
     with open(path, "rb") as raw:
@@ -87,7 +87,7 @@ def read_chrome_trace(path: Path, host: str,
 def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFrame, int]:
     if Path(path).stat().st_size == 0:
         raise ValueError(f"{path}: empty trace file")
-    doc = TraceText(text_pieces(path))
+    doc = TraceText(_text_pieces(path))
     columns = _Columns()
     try:
         for chunk in doc.chunks():
@@ -108,7 +108,7 @@ def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFra
     timeline = _timeline_devices(columns.proc_names)
     if timeline is not None:
         # A TF1 timeline is one Session.run (a few MB): read again, whole, for its records.
-        records = [e for chunk in TraceText(text_pieces(path)).chunks() for e in chunk
+        records = [e for chunk in TraceText(_text_pieces(path)).chunks() for e in chunk
                    if isinstance(e, dict)]
         xs = [e for e in records if e.get("ph") == "X"] + _begin_end_records(records)
         return _read_timeline(path, pd.DataFrame.from_records(xs, columns=RECORD_COLUMNS),

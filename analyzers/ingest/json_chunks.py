@@ -75,18 +75,14 @@ class TraceText:
                                  f"(char {self._dropped + e.pos})") from None
 
     def _bare_array(self, pos: int) -> Generator[list, None, int]:
-        runs = self._array(pos)
-        first = True
-        while True:
-            try:
-                run = next(runs)
-            except StopIteration as done:
-                return done.value
-            # A bare array is a trace when its first element is an event.
-            if first and not (isinstance(run[0], dict) and "ph" in run[0]):
+        first = self._skip(pos + 1)
+        if self._char(first) != "]":
+            # A bare array is a trace when its first element is an event (parsed twice: once
+            # here, once in its run).
+            event, _ = self._value(first)
+            if not (isinstance(event, dict) and "ph" in event):
                 raise NotATrace
-            first = False
-            yield run
+        return (yield from self._array(pos))
 
     def _object(self, pos: int) -> Generator[list, None, int]:
         if self._char(pos) != "{":
