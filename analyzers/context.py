@@ -435,6 +435,17 @@ class Context:
         return int(cpus) if cpus else None
 
     @cached_property
+    def usable_cpus(self) -> float | None:
+        """The CPUs the sampled process could use (affinity capped by its cgroup quota), the
+        machine's count for sampler data written before the sampler recorded it (2026-11-29)."""
+        process = self.sampler_process
+        if process is not None and "usable_cpus" in process and len(process):
+            usable = float(process["usable_cpus"].iloc[0])
+            if usable > 0:
+                return usable
+        return None if self.n_cpus is None else float(self.n_cpus)
+
+    @cached_property
     def call_threads(self) -> list[tuple[str, Thread]]:
         """(line name, thread) of the step host's threads that make the step calls: the step
         thread; on a parameter-server worker, every RPC thread the coordinator's calls land on

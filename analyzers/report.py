@@ -267,6 +267,8 @@ def _top_event(t: dict) -> str:
     if "total_ms" in t:
         ms = f"{t['total_ms']:,.3f}".rstrip("0").rstrip(".")
         return f"{name} {ms} ms ({t['count']} event{'s' * (t['count'] != 1)})"
+    if "running_share" in t:
+        return f"{name} running in {t['running_share']:.0%} of samples"
     return f"{name} {t['d_samples']} samples in D state"
 
 

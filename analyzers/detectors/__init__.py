@@ -23,6 +23,7 @@ DETECTOR_IDS = (
     "straggler_worker",
     "parameter_server_wait",
     "dstate_threads",
+    "idle_cores",
     "kernel_launch_overhead",
     "eager_execution",
     "function_retracing",

@@ -18,7 +18,8 @@ Sampler files are Parquet, one row per sample:
   100 = all cores), `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32,
   `user_s`, `system_s` float64 (cumulative process CPU seconds), `rchar_bytes` int64 (cumulative
   bytes returned by read calls, page cache and network file systems included; since 2026-11-24,
-  absent before).
+  absent before), `usable_cpus` float64 (the CPUs the process may use: its affinity count capped
+  by its cgroup's CPU quota, `recadvisor.capture.cpu_limits`; since 2026-11-29, absent before).
 """
 
 THREADS_SUFFIX = ".threads.parquet"

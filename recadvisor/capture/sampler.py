@@ -36,6 +36,7 @@ from array import array
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from recadvisor.capture.cpu_limits import usable_cpus
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 
 DEFAULT_HZ = 50.0
@@ -164,6 +165,8 @@ class Sampler:
         self._sweep_rows = array("q")
         self._prows: list[tuple[int, ...]] = []
         self.n_cpus = os.cpu_count() or 1
+        # Affinity and cgroup quota, read once: what the process can use of the n_cpus.
+        self.usable_cpus = usable_cpus(self.pid)
         self.gone = False  # the process exited
         self.late_sweeps = 0  # sweeps that started more than one period late
         self.sweep_cpu_s = 0.0  # CPU time of the sampling thread inside run()
@@ -384,6 +387,7 @@ class Sampler:
                 "user_s": pa.array(user / CLK_TCK),
                 "system_s": pa.array(system / CLK_TCK),
                 "rchar_bytes": pa.array(rchar, pa.int64()),
+                "usable_cpus": pa.array(np.full(m, self.usable_cpus, np.float64)),
             }
         )
         return threads, process

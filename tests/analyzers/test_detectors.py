@@ -474,10 +474,14 @@ def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_
 
 
 def test_no_contention_on_a_clean_trace_with_sampler_data(tmp_path):
+    # The model's ops on its thread and one intra-op worker: both CPUs busy, nothing else runs.
     _, run = host_trace(tmp_path, wait_ms=1)
-    write_sampler(run, sweeps(100, 1, input_running=0), n_cpus=2)
+    write_sampler(run, sweeps(100, 1, input_running=0, intra_op=1), n_cpus=2, cpu_percent=200)
     report = analyze(run)
     assert medium_or_high(report) == set()
+    # The same ops on one thread of the two: the idle core is the one finding.
+    write_sampler(run, sweeps(100, 1, input_running=0), n_cpus=2)
+    assert medium_or_high(analyze(run)) == {"idle_cores"}
 
 
 @pytest.mark.parametrize(("pipeline", "parse_ops"), [

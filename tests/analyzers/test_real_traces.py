@@ -16,6 +16,7 @@ from analyzers.detectors.per_step_overhead import batches_per_call
 from analyzers.report import analyze
 from analyzers.signals.input_pipeline import analyze_input_pipeline, file_opens
 from analyzers.signals.os_sampler import io_threads
+from recadvisor.capture.cpu_limits import usable_cpus
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
@@ -421,13 +422,38 @@ def test_captured_stalls_say_what_the_main_thread_did(tmp_path, mode, label):
     assert f.severity == "high" and label in f.title and f.numbers["period_steps"] == 5, f
 
 
-def _captured(tmp_path: Path, mode: str, steps: int) -> Path:
+def _captured(tmp_path: Path, mode: str, steps: int, cpus: set[int] | None = None,
+              name: str | None = None) -> Path:
+    """`mode` of foreign_jobs.py run under `recadvisor capture` into tmp_path/`name` (the
+    mode's name by default), pinned to `cpus` when given (as `taskset` would)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "COLD_DIR": str(tmp_path)}
+    out = tmp_path / (name or mode)
     subprocess.run([sys.executable, "-m", "recadvisor", "capture", "--logdir",
-                    str(tmp_path / mode), "--delay", "0", "--steps", str(steps), "--",
+                    str(out), "--delay", "0", "--steps", str(steps), "--",
                     sys.executable, str(HERE / "foreign_jobs.py"), str(tmp_path / "unused"),
-                    mode], check=True, timeout=300, env=env, capture_output=True)
-    return tmp_path / mode
+                    mode], check=True, timeout=300, env=env, capture_output=True,
+                   preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
+    return out
+
+
+def test_captured_thread_pools_of_one_thread_leave_cores_idle(tmp_path):
+    """A Keras job with TF's intra- and inter-op pools set to one thread runs its 10 ms matmuls
+    on one of the two CPUs (1.5-1.8x slower than with the pools left to TF): under capture the
+    finding is idle_cores, high. The same job with the pools left alone, or pinned to one CPU
+    (TF sizes its pools to it: nothing the process may use sits idle), has no such finding."""
+    usable = sorted(os.sched_getaffinity(0))
+    if usable_cpus(os.getpid()) < 2:
+        pytest.skip("needs two usable CPUs (affinity and cgroup quota)")
+    one = analyze(_captured(tmp_path, "pools_one", 30))
+    f = {f.id: f for f in one.findings}["idle_cores"]
+    assert f.severity == "high" and f.numbers["workers"] == 1, f.evidence
+    assert f.numbers["usable_cpus"] == usable_cpus(os.getpid())
+    assert "set_intra_op_parallelism_threads" in f.remedy
+    for found in (analyze(_captured(tmp_path, "pools_default", 30)),
+                  analyze(_captured(tmp_path, "pools_default", 30, cpus={usable[0]},
+                                    name="pinned"))):
+        assert "idle_cores" not in {g.id for g in found.findings}, found.findings
+    assert found.ctx.usable_cpus == 1
 
 
 def test_captured_small_cold_reads_are_d_state_threads_not_preprocessing(tmp_path):

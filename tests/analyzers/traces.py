@@ -310,11 +310,15 @@ def input_copy_trace(
 
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
-                  rchar_mb_per_s: float | None = None, host: str = "host") -> None:
+                  rchar_mb_per_s: float | None = None, host: str = "host",
+                  machine_percent: float | None = None,
+                  usable_cpus: float | None = None) -> None:
     """Sampler files of `host` in the layout of recadvisor/capture/layout.py; `threads` has
     t_ms, tid, name, state, user_s, system_s; the process reads `read_mb_per_s` from the device,
     and `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
-    2026-11-24)."""
+    2026-11-24). The machine is busy `machine_percent` (100 = every core; the process's own
+    `cpu_percent` alone when None); `usable_cpus` (no column when None, as before 2026-11-29)
+    is the process's affinity and quota."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -326,8 +330,11 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     process = pd.DataFrame({"ts_ns": ts, "pid": 100, "cpu_percent": cpu_percent, "rss_bytes": 1,
                             "read_bytes": (secs * read_mb_per_s * 1e6).astype("int64"),
                             "write_bytes": 0, "num_threads": th["tid"].nunique(),
-                            "system_cpu_percent": cpu_percent / n_cpus, "iowait_s": 0.0,
-                            "n_cpus": n_cpus})
+                            "system_cpu_percent": (cpu_percent / n_cpus if machine_percent is None
+                                                   else machine_percent),
+                            "iowait_s": 0.0, "n_cpus": n_cpus})
+    if usable_cpus is not None:
+        process["usable_cpus"] = float(usable_cpus)
     if rchar_mb_per_s is not None:
         process["rchar_bytes"] = (secs * rchar_mb_per_s * 1e6).astype("int64")
     process.to_parquet(run_dir / f"{host}.process.parquet")

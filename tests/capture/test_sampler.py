@@ -13,6 +13,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from recadvisor.capture.cpu_limits import usable_cpus
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 from recadvisor.capture.sampler import (
     CLK_TCK,
@@ -207,6 +208,7 @@ def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     assert (th.pid == p.pid).all() and (pr.pid == p.pid).all()
     assert pr.rss_bytes.min() > 1_000_000 and (pr.num_threads >= 3).all()
     assert (pr.n_cpus == os.cpu_count()).all()
+    assert (pr.usable_cpus == usable_cpus(p.pid)).all() and (pr.usable_cpus <= pr.n_cpus).all()
     assert pr.cpu_percent.iloc[1:].mean() > 20  # the spinning thread
     assert 0 <= pr.system_cpu_percent.max() <= 100.0 + 1e-6
     assert pr.iowait_s.is_monotonic_increasing

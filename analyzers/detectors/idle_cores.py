@@ -1,0 +1,86 @@
+"""`idle_cores`: the model's large ops ran on fewer threads than the process has CPUs, and the
+other cores sat idle (thread pools capped: intra/inter-op parallelism set low).
+
+Needs the OS sampler (recadvisor capture): on CPU the intra-op threads that do an op's work write
+no trace events, so only the sampled thread states and CPU counters show how many cores the ops
+used (signals/core_use.py; docs/trace-signals.md, "Idle cores"). Without it the report says the
+check was skipped.
+
+The estimate gives the idle cores to the large ops and nothing else: if they used C cores for a
+share f of the step and I more were free, f shrinks to f·C/(C + I). Perfect scaling over the
+added cores is an upper bound; the 64-1024-1024-1 MLP with one intra- and one inter-op thread on
+two CPUs read 1.86x against 1.76x measured with the pools at their default.
+"""
+
+from __future__ import annotations
+
+from analyzers.context import Context
+from analyzers.findings import Finding, Skipped, speedup_from_saving
+from analyzers.signals.core_use import LARGE_OP_NS, core_use
+
+ID = "idle_cores"
+# Less than this many idle cores is within what any job leaves between ops.
+MIN_IDLE_CORES = 0.5
+
+
+def detect(ctx: Context) -> Finding | Skipped | None:
+    if ctx.sampler_threads is None or ctx.sampler_threads.empty:
+        return Skipped(ID, "no OS sampler data in this run (capture it with `recadvisor capture` "
+                           "or the reference trainer): the threads that do an op's work on CPU "
+                           "write no trace events")
+    use = core_use(ctx)
+    if use is None or not use.capped or use.idle_cores < MIN_IDLE_CORES:
+        return None
+    c, idle, f = use.process_cores, use.idle_cores, use.op_share
+    if c <= 0:
+        return None
+    saving = f * idle / (c + idle)
+    usable = _cpus(use.usable_cpus)
+    limited = "" if use.usable_cpus >= use.n_cpus else (
+        f" (of the machine's {use.n_cpus}: affinity or cgroup quota)")
+    workers = ", ".join(f"tid {tid} `{name}` running in {share:.0%}"
+                        for tid, name, share in use.workers[:4]) or "none running in 10%"
+    evidence = [
+        f"while the model's large ops ran ({f:.0%} of the step: host ops of "
+        f"{LARGE_OP_NS // 1000} µs or more), the process used {c:.2f} cores of the {usable} "
+        f"it may use{limited}; the machine had {use.n_cpus - use.machine_cores:.2f} idle "
+        f"({use.intervals} sampler intervals)",
+        f"{len(use.workers)} thread(s) did that work ({workers}); {use.runnable_mean:.1f} of the "
+        f"process's threads runnable on average: its thread pools hold fewer threads than it "
+        f"has CPUs",
+        f"estimate: those ops spread over {c + idle:.1f} cores instead of {c:.1f} (perfect "
+        f"scaling, an upper bound)",
+    ]
+    return Finding(
+        id=ID,
+        title=f"{idle:.1f} of {usable} usable cores idle while the model's ops ran on "
+              f"{len(use.workers)} thread(s)",
+        step_fraction=f * idle / (c + idle),
+        speedup=speedup_from_saving(saving),
+        evidence=evidence,
+        remedy=_remedy(ctx, usable),
+        numbers={"op_share": round(f, 4), "process_cores": round(c, 3),
+                 "machine_idle_cores": round(use.n_cpus - use.machine_cores, 3),
+                 "idle_cores": round(idle, 3), "usable_cpus": round(use.usable_cpus, 3),
+                 "n_cpus": use.n_cpus, "workers": len(use.workers),
+                 "runnable_mean": round(use.runnable_mean, 2), "intervals": use.intervals},
+        top_events=[{"name": f"{name} (tid {tid})", "running_share": round(share, 3)}
+                    for tid, name, share in use.workers],
+    )
+
+
+def _cpus(n: float) -> str:
+    return f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}"
+
+
+def _remedy(ctx: Context, usable: str) -> str:
+    if ctx.framework == "pytorch":
+        return (f"Let the intra-op pool use the {usable} CPUs: torch.set_num_threads({usable}), "
+                "and unset OMP_NUM_THREADS / MKL_NUM_THREADS where the job's environment sets "
+                "them lower.")
+    return (f"Let TF's thread pools use the {usable} CPUs: leave "
+            "tf.config.threading.set_intra_op_parallelism_threads and "
+            "set_inter_op_parallelism_threads at 0 (TF then sizes them to the CPUs the process "
+            f"may use) or set the intra-op pool to {usable}; look for TF_NUM_INTRAOP_THREADS, "
+            "TF_NUM_INTEROP_THREADS or OMP_NUM_THREADS in the job's environment and for "
+            "intra_op_parallelism_threads in a TF1 ConfigProto.")

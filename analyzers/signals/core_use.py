@@ -1,0 +1,117 @@
+"""How many cores the process kept busy while the model's large host ops ran (OS sampler).
+
+On CPU a TF op runs on one inter-op thread and splits its work over the intra-op (Eigen)
+threads, which write no trace events (docs/trace-signals.md, "Threads"); only the sampler sees
+how many cores the work really used. Pools capped below the usable CPUs
+(`intra_op_parallelism_threads=1`, `TF_NUM_INTRAOP_THREADS`, `torch.set_num_threads`) leave the
+rest idle: a 64-1024-1024-1 Keras MLP ran its 10 ms matmuls on one thread of two usable CPUs,
+the process at 1.0 core and the machine half idle (docs/trace-signals.md, "Idle cores").
+
+Large ops only: dispatching many small ops is serial by nature (per_step_overhead,
+kernel_launch_overhead, eager_execution name that), and their time says nothing of the pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.context import Context
+from analyzers.events import is_device_plane
+from analyzers.signals.os_sampler import INPUT_PREFIXES
+from analyzers.steps import inside_merged, merge_intervals
+
+# A host op this long has work Eigen splits over the intra-op pool (its cost model shards
+# anything above a few microseconds of work); below it, dispatch dominates.
+LARGE_OP_NS = 100_000
+# Sampler intervals inside large ops needed to say how many cores they used.
+MIN_INTERVALS = 8
+# A thread running in at least this share of the sweeps inside large ops is one of the ops'
+# workers. Capped pools show as few workers (intra_op=1: one thread at 96%, the main thread at
+# 4%); a full pool shows a worker per usable core even where its ops split unevenly.
+WORKER_SHARE = 0.1
+
+
+@dataclass
+class CoreUse:
+    intervals: int  # sampler intervals (sweep to sweep) ending inside a large host op
+    op_share: float  # step time in which some large host op ran, as a share of step time
+    process_cores: float  # mean cores the process used over those intervals
+    machine_cores: float  # mean cores busy on the whole machine over them (every process)
+    usable_cpus: float  # affinity capped by cgroup quota (the machine's count when unknown)
+    n_cpus: int
+    runnable_mean: float  # the process's threads in R per sweep inside large ops
+    workers: list[tuple[int, str, float]]  # (tid, /proc name, share of those sweeps running) of
+    # the threads running in at least WORKER_SHARE of them, busiest first
+
+    @property
+    def idle_cores(self) -> float:
+        """Cores the process could have used and nobody did: what its quota or affinity left
+        unused, and no more than the machine had idle (other processes' load counts)."""
+        return max(0.0, min(self.usable_cpus - self.process_cores,
+                            self.n_cpus - self.machine_cores))
+
+    @property
+    def capped(self) -> bool:
+        """Fewer threads did the large ops' work than the process may use cores, by one at least:
+        its pools hold fewer threads than it has CPUs."""
+        return len(self.workers) <= self.usable_cpus - 1
+
+
+def core_use(ctx: Context) -> CoreUse | None:
+    return ctx.memo("core_use", lambda: _core_use(ctx))
+
+
+def _core_use(ctx: Context) -> CoreUse | None:
+    """None without sampler data of one process with its CPU counters, without steps, or with
+    too few sampler intervals inside the large ops."""
+    th, proc, n_cpus = ctx.sampler_threads, ctx.sampler_process, ctx.n_cpus
+    if (th is None or th.empty or proc is None or len(proc) < 2 or not n_cpus
+            or ctx.steps.table.empty or "pid" not in th or th["pid"].nunique() > 1
+            or not {"cpu_percent", "system_cpu_percent"} <= set(proc.columns)):
+        return None
+    host = ctx.sampler_host if ctx.n_hosts > 1 else None
+    if ctx.n_hosts > 1 and host is None:
+        return None
+    ops = ctx.in_steps(kinds=("host_op",), host=host,
+                       line=lambda line: not str(line).startswith(INPUT_PREFIXES),
+                       plane=lambda plane: not is_device_plane(plane),
+                       columns=("start_ns", "end_ns", "dur_ns"))
+    large = ops["dur_ns"].to_numpy() >= LARGE_OP_NS
+    if not large.any() or not ctx.total_step_ns:
+        return None
+    ms, me = merge_intervals(ops["start_ns"].to_numpy(np.int64)[large],
+                             ops["end_ns"].to_numpy(np.int64)[large], overwrite=True)
+    op_share = float((me - ms).sum()) / ctx.total_step_ns
+
+    p = proc.sort_values("t_ns")
+    t = p["t_ns"].to_numpy(np.int64)
+    gap = np.diff(t)
+    # An interval's CPU figures are over (t[i-1], t[i]]; it counts when its middle falls in a
+    # large op, and not when the sampler fell behind (a gap three times the usual).
+    ok = (gap > 0) & (gap <= 3 * np.median(gap)) if len(gap) else np.zeros(0, bool)
+    mid = t[:-1] + gap // 2
+    use = ok & inside_merged(mid, ms, me)
+    if use.sum() < MIN_INTERVALS:
+        return None
+    process_cores = float(p["cpu_percent"].to_numpy()[1:][use].mean()) / 100
+    machine_cores = float(p["system_cpu_percent"].to_numpy()[1:][use].mean()) / 100 * n_cpus
+
+    running = th[(th["state"].astype(str) == "R").to_numpy()]
+    sweeps = np.unique(th["t_ns"].to_numpy(np.int64))
+    in_ops = sweeps[inside_merged(sweeps, ms, me)]
+    counts = running["t_ns"].value_counts().reindex(in_ops, fill_value=0).to_numpy()
+    workers: list[tuple[int, str, float]] = []
+    if len(in_ops):
+        mine = running[np.isin(running["t_ns"].to_numpy(np.int64), in_ops)]
+        share = mine.groupby("tid").size().sort_values(ascending=False) / len(in_ops)
+        names = th.drop_duplicates("tid").set_index("tid")["name"].astype(str)
+        workers = [(int(tid), str(names.get(tid, "?")), float(s)) for tid, s in share.items()
+                   if s >= WORKER_SHARE]
+    return CoreUse(
+        intervals=int(use.sum()), op_share=min(1.0, op_share), process_cores=process_cores,
+        machine_cores=machine_cores, usable_cpus=float(ctx.usable_cpus or n_cpus),
+        n_cpus=int(n_cpus),
+        runnable_mean=float(counts.mean()) if len(counts) else 0.0, workers=workers)
+
