@@ -80,6 +80,11 @@ class TrainConfig:
     # broadcasting dataloader). "per_device": one pipeline per device, each reading and parsing
     # the whole global batch, as a one-process-per-GPU hybrid-parallel job does without it.
     input_loading: InputLoading = "broadcast"
+    # TF's op thread pools (tf.config.threading): 0 lets TF size them to the CPUs the process
+    # may use; 1 runs each op's work on one thread (what a job that sets them for determinism,
+    # or inherits TF_NUM_INTRAOP_THREADS=1, gets: the `idle_cores` finding).
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
     # --- model ---
     embedding_dim: int = 16
     bottom_mlp: tuple[int, ...] = (64, 32)
@@ -127,6 +132,9 @@ class TrainConfig:
                     f"--{name.replace('_', '-')} {value} must be -1 (AUTOTUNE), 0 (sequential) "
                     f"or between 1 and --{cap_name.replace('_', '-')} ({cap})"
                 )
+        for name in ("intra_op_threads", "inter_op_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0: TF's choice)")
         for name in ("map_parallelism", "prefetch"):
             if getattr(self, name) < AUTOTUNE:
                 raise ValueError(f"--{name.replace('_', '-')} must be -1 (AUTOTUNE) or >= 0")
@@ -217,6 +225,8 @@ _MEANING = {
     "interleave_parallelism": "-1 AUTOTUNE, 0 sequential",
     "map_parallelism": "-1 AUTOTUNE, 0 sequential",
     "prefetch": "-1 AUTOTUNE, 0 none",
+    "intra_op_threads": "0 sized by TF",
+    "inter_op_threads": "0 sized by TF",
 }
 
 

@@ -26,9 +26,15 @@ class DeviceSet:
         return self.kind == "GPU"
 
 
-def setup_devices(n: int) -> DeviceSet:
-    """Must run before TensorFlow initializes its runtime (first op or device listing)."""
+def setup_devices(n: int, intra_op_threads: int = 0, inter_op_threads: int = 0) -> DeviceSet:
+    """Must run before TensorFlow initializes its runtime (first op or device listing). The
+    thread pools: 0 lets TF size them to the CPUs the process may use."""
     import tensorflow as tf
+
+    # RuntimeError: the runtime is already up (a second run in one process): its pools stay.
+    with contextlib.suppress(RuntimeError):
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
 
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:

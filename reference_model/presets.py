@@ -1,5 +1,6 @@
 """Named configurations: `clean` (best practice), one preset per seed anti-pattern that differs from
-`clean` only in that anti-pattern, and `default`, the seed 000 starting job with all of them.
+`clean` only in that anti-pattern (and `capped_pools`, one not from the seeds), and `default`, the
+seed 000 starting job with all of the seeds' ones.
 
 The expected finding id (shared/ARCHITECTURE.md) of each preset is what the analyzers are judged on.
 """
@@ -66,6 +67,10 @@ _ALL = [
            "(evicted from the page cache, readahead off)",
            {"evict_page_cache": True, "cycle_length": 16, "interleave_parallelism": 16,
             "threadpool": 48, "reader_buffer_kb": 4}, ("dstate_threads",)),
+    # Not from the seeds: the CPU-host counterpart of an idle accelerator, common where a job
+    # sets its pools for determinism or inherits TF_NUM_INTRAOP_THREADS=1.
+    Preset("capped_pools", "TF's intra- and inter-op thread pools set to one thread each",
+           {"intra_op_threads": 1, "inter_op_threads": 1}, ("idle_cores",)),
     Preset("default", "seed 000's starting job: per-example GZIP records, parallelism 1, no "
            "prefetch, float64 + casting layer, serial per-device copies, 4 devices, no XLA, "
            "unfused tables",

@@ -126,7 +126,7 @@ def run_training(
     cfg.validate()
     from reference_model.devices import setup_devices
 
-    devices = setup_devices(cfg.devices)
+    devices = setup_devices(cfg.devices, cfg.intra_op_threads, cfg.inter_op_threads)
 
     import tensorflow as tf
 

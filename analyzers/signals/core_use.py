@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import is_device_plane
-from analyzers.signals.os_sampler import INPUT_PREFIXES
+from analyzers.signals.os_sampler import INPUT_PREFIXES, step_thread_roles, threads_in_steps
 from analyzers.steps import inside_merged, merge_intervals
 
 # A host op this long has work Eigen splits over the intra-op pool (its cost model shards
@@ -28,9 +29,20 @@ LARGE_OP_NS = 100_000
 # Sampler intervals inside large ops needed to say how many cores they used.
 MIN_INTERVALS = 8
 # A thread running in at least this share of the sweeps inside large ops is one of the ops'
-# workers. Capped pools show as few workers (intra_op=1: one thread at 96%, the main thread at
-# 4%); a full pool shows a worker per usable core even where its ops split unevenly.
+# workers, unless it is an input producer (tf.data's threads run beside the ops whatever the
+# pools: 11-13% each in the capped_pools preset). Capped pools show as few workers (intra_op=1:
+# one thread at 96-100%, the main thread at 4%); a full pool shows a worker per usable core even
+# where its ops split unevenly.
 WORKER_SHARE = 0.1
+# ... and a worker runs at least this fraction of the busiest thread's share: a tf.data thread
+# that thread_roles could not place (13% beside a capped worker's 100%) is not one.
+TOP_FRACTION = 0.25
+# A thread the large ops wake: running in this share of their sweeps at least, and this many
+# times as often as in the step's other sweeps. A pool's threads rotate through its ops, so a
+# full pool has about as many as the process has CPUs even where each runs a small share (an
+# op split 7 ways on 64 cores); a capped pool's one worker runs the small ops too (woken: no).
+WOKEN_SHARE = 0.02
+WOKEN_RATIO = 2.0
 
 
 @dataclass
@@ -43,7 +55,8 @@ class CoreUse:
     n_cpus: int
     runnable_mean: float  # the process's threads in R per sweep inside large ops
     workers: list[tuple[int, str, float]]  # (tid, /proc name, share of those sweeps running) of
-    # the threads running in at least WORKER_SHARE of them, busiest first
+    # the busy threads (WORKER_SHARE, TOP_FRACTION) other than input producers, busiest first
+    woken: int  # threads the large ops wake (WOKEN_SHARE, WOKEN_RATIO), input producers aside
 
     @property
     def idle_cores(self) -> float:
@@ -55,8 +68,11 @@ class CoreUse:
     @property
     def capped(self) -> bool:
         """Fewer threads did the large ops' work than the process may use cores, by one at least:
-        its pools hold fewer threads than it has CPUs."""
-        return len(self.workers) <= self.usable_cpus - 1
+        its pools hold fewer threads than it has CPUs. (With no thread busy enough to count, the
+        work hopped between threads: not a pool's size.) A pool that spreads its ops thinly over
+        many threads, each below the busy cut, still wakes most of them: not capped."""
+        return (1 <= len(self.workers) <= self.usable_cpus - 1
+                and self.woken <= self.usable_cpus - 1)
 
 
 def core_use(ctx: Context) -> CoreUse | None:
@@ -98,20 +114,44 @@ def _core_use(ctx: Context) -> CoreUse | None:
     process_cores = float(p["cpu_percent"].to_numpy()[1:][use].mean()) / 100
     machine_cores = float(p["system_cpu_percent"].to_numpy()[1:][use].mean()) / 100 * n_cpus
 
-    running = th[(th["state"].astype(str) == "R").to_numpy()]
-    sweeps = np.unique(th["t_ns"].to_numpy(np.int64))
-    in_ops = sweeps[inside_merged(sweeps, ms, me)]
-    counts = running["t_ns"].value_counts().reindex(in_ops, fill_value=0).to_numpy()
-    workers: list[tuple[int, str, float]] = []
-    if len(in_ops):
-        mine = running[np.isin(running["t_ns"].to_numpy(np.int64), in_ops)]
-        share = mine.groupby("tid").size().sort_values(ascending=False) / len(in_ops)
-        names = th.drop_duplicates("tid").set_index("tid")["name"].astype(str)
-        workers = [(int(tid), str(names.get(tid, "?")), float(s)) for tid, s in share.items()
-                   if s >= WORKER_SHARE]
+    shares = _thread_shares(ctx, ms, me)
+    if shares is None:
+        return None
+    counts, table = shares
+    roles = step_thread_roles(ctx)
+    table = table[[roles.get(int(tid)) != "input" for tid in table.index]]
+    top = float(table["inside"].max()) if len(table) else 0.0
+    busy = table[table["inside"] >= max(WORKER_SHARE, top * TOP_FRACTION)]
+    workers = [(int(tid), str(row["name"]), float(row["inside"])) for tid, row in busy.iterrows()]
+    woken = int(((table["inside"] >= WOKEN_SHARE)
+                 & (table["inside"] >= WOKEN_RATIO * table["outside"])).sum())
     return CoreUse(
         intervals=int(use.sum()), op_share=min(1.0, op_share), process_cores=process_cores,
         machine_cores=machine_cores, usable_cpus=float(ctx.usable_cpus or n_cpus),
         n_cpus=int(n_cpus),
-        runnable_mean=float(counts.mean()) if len(counts) else 0.0, workers=workers)
+        runnable_mean=float(counts.mean()) if len(counts) else 0.0, workers=workers,
+        woken=woken)
+
+
+def _thread_shares(ctx: Context, ms: np.ndarray, me: np.ndarray
+                   ) -> tuple[np.ndarray, pd.DataFrame] | None:
+    """The process's runnable threads per sweep inside the large ops (`ms`, `me`), and per thread
+    its running share of those sweeps (`inside`) and of the other sweeps within the steps
+    (`outside`), busiest first, with its /proc name. None without a sweep inside the ops."""
+    th = threads_in_steps(ctx)
+    t = th["t_ns"].to_numpy(np.int64)
+    sweeps = np.unique(t)
+    in_ops = inside_merged(sweeps, ms, me)
+    if not in_ops.any():
+        return None
+    running = (th["state"].astype(str) == "R").to_numpy()
+    row_in = inside_merged(t, ms, me)
+    counts = np.bincount(np.searchsorted(sweeps, t[running & row_in]), minlength=len(sweeps))
+    frame = pd.DataFrame({"tid": th["tid"].to_numpy(), "inside": running & row_in,
+                          "outside": running & ~row_in})
+    table = frame.groupby("tid")[["inside", "outside"]].sum()
+    table["inside"] /= int(in_ops.sum())
+    table["outside"] /= max(1, int((~in_ops).sum()))
+    table["name"] = th.drop_duplicates("tid").set_index("tid")["name"].astype(str)
+    return counts[in_ops], table.sort_values("inside", ascending=False)
 

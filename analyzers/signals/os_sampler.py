@@ -204,7 +204,7 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
     if (th is None or th.empty or not n_cpus or ctx.steps.table.empty or "pid" not in th
             or th["pid"].nunique() > 1 or ctx.sampler_host is None):
         return None
-    th = _threads_in_steps(ctx)
+    th = threads_in_steps(ctx)
     running = (th["state"].astype(str) == "R").to_numpy()
     sweep_ts, sweep_of = np.unique(th["ts_ns"].to_numpy(), return_inverse=True)
     t = np.zeros(len(sweep_ts), np.int64)
@@ -270,7 +270,7 @@ def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     return inside if len(inside) else df
 
 
-def _threads_in_steps(ctx: Context) -> pd.DataFrame | None:
+def threads_in_steps(ctx: Context) -> pd.DataFrame | None:
     """The sampler's thread rows over the steps (all of them when none falls inside)."""
     def build() -> pd.DataFrame | None:
         th = ctx.sampler_threads
@@ -278,12 +278,18 @@ def _threads_in_steps(ctx: Context) -> pd.DataFrame | None:
     return ctx.memo("sampler_threads", build)
 
 
+def step_thread_roles(ctx: Context) -> dict[int, str]:
+    """thread_roles over the sampler's rows within the steps, once per run (the summary and the
+    core use both ask). Needs sampler data."""
+    return ctx.memo("thread_roles", lambda: thread_roles(ctx, threads_in_steps(ctx)))
+
+
 def _thread_cpu(ctx: Context) -> pd.DataFrame:
     """Per thread (tid) over the steps: CPU seconds in user and kernel mode (the counters are
     cumulative: last sample minus first; 0 where the sampler did not record them) and whether a
     sweep found it in D. Needs sampler data."""
     def build() -> pd.DataFrame:
-        th = _threads_in_steps(ctx)
+        th = threads_in_steps(ctx)
         per = th.assign(user=th.get("user_s", 0.0), kernel=th.get("system_s", 0.0),
                         d=(th["state"].astype(str) == "D").to_numpy()).groupby("tid").agg(
             u0=("user", "min"), u1=("user", "max"), k0=("kernel", "min"),
@@ -298,7 +304,7 @@ def summarize(ctx: Context) -> SamplerSummary | None:
 
 
 def _summarize(ctx: Context) -> SamplerSummary | None:
-    th = _threads_in_steps(ctx)
+    th = threads_in_steps(ctx)
     if th is None:
         return None
     n_cpus = ctx.n_cpus or 1
@@ -308,7 +314,7 @@ def _summarize(ctx: Context) -> SamplerSummary | None:
     state = th["state"].astype(str)
     per_sample = pd.DataFrame({"ts": th["ts_ns"], "D": state == "D", "R": state == "R"}).groupby(
         "ts").sum()
-    role_of = thread_roles(ctx, th)
+    role_of = step_thread_roles(ctx)
     per_thread = _thread_cpu(ctx)
     used = per_thread["user"] + per_thread["kernel"]
     role = per_thread.index.map(role_of)

@@ -98,3 +98,36 @@ def test_without_sampler_data_the_check_is_skipped(tmp_path):
     s = idle_cores(run)
     assert isinstance(s, Skipped)
     assert "no OS sampler data" in s.reason
+
+
+def test_input_producers_running_beside_the_ops_are_not_pool_workers(tmp_path):
+    # A tf.data thread parses for the first 42 ms of each step, while the model's ops run: the
+    # sampler sees it running in ~42% of the large ops' sweeps, but its trace line says it is an
+    # input producer (signals/os_sampler.py thread_roles), so the pool still has one worker.
+    _, run = host_trace(tmp_path, wait_ms=0, parse_ops=20, parse_op_ms=4)
+    th = sweeps(100, 0, input_running=0)
+    producer = (th["tid"] == 1002) & (th["t_ms"] % 100 < 42)
+    th.loc[producer, "state"] = "R"
+    write_sampler(run, th, n_cpus=2, cpu_percent=142)
+    f = idle_cores(run)
+    assert isinstance(f, Finding)
+    assert [e["name"] for e in f.top_events] == ["python3 (tid 1001)"]
+    assert f.numbers["idle_cores"] == pytest.approx(0.58, abs=0.01)
+
+
+def test_a_pool_that_spreads_its_ops_thinly_over_many_cores_is_not_capped(tmp_path):
+    # 8 CPUs: the op's own thread runs throughout, and the ops wake all 7 pool threads, one at a
+    # time (an op split a few ways on a large machine): each runs in ~14% of the sweeps, below
+    # the busy cut, but 8 threads woken by the ops is a full pool, not a capped one.
+    _, run = host_trace(tmp_path, wait_ms=0)
+    th = sweeps(100, 0, input_running=0, intra_op=7)
+    pool = th["tid"].between(1010, 1016) & (th["state"] == "R")
+    sweep = (th["t_ms"] * 200 / 1000).round().astype(int)
+    th.loc[pool & (sweep % 7 != th["tid"] - 1010), "state"] = "S"
+    write_sampler(run, th, n_cpus=8, cpu_percent=200)
+    assert idle_cores(run) is None
+    # The same process with its pool's threads never running: one thread for 8 CPUs.
+    th.loc[th["tid"].between(1010, 1016), "state"] = "S"
+    write_sampler(run, th, n_cpus=8, cpu_percent=100)
+    f = idle_cores(run)
+    assert isinstance(f, Finding) and f.numbers["idle_cores"] == pytest.approx(7.0)

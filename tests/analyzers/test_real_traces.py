@@ -603,6 +603,7 @@ _NAMED_AT_ANY_SEVERITY = {
                                              ("dstate_io", "dstate_threads"),
                                              ("string_hashing", "preprocessing_in_step"),
                                              ("per_device_input", "duplicated_input"),
+                                             ("capped_pools", "idle_cores"),
                                              ("clean", None)])
 def test_reference_presets(tmp_path, dataset_cache, preset, expected):
     env = {**os.environ, "RECADVISOR_CACHE": dataset_cache}

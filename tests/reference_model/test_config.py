@@ -62,6 +62,7 @@ def test_config_file_errors(tmp_path):
         ({"interleave_parallelism": -2}, "between 1 and --cycle-length"),
         ({"map_parallelism": -2}, "--map-parallelism must be -1"),
         ({"prefetch": -3}, "--prefetch must be -1"),
+        ({"intra_op_threads": -1}, "--intra-op-threads must be >= 0"),
     ],
 )
 def test_invalid_combinations(changes, message):
@@ -114,3 +115,4 @@ def test_flag_help_says_what_minus_one_and_zero_mean():
     assert helps["cfg_map_parallelism"] == "(-1 AUTOTUNE, 0 sequential; default 1)"
     assert helps["cfg_prefetch"] == "(-1 AUTOTUNE, 0 none; default 2)"
     assert helps["cfg_cycle_length"] == "(default 4)"
+    assert helps["cfg_inter_op_threads"] == "(0 sized by TF; default 0)"
