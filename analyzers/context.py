@@ -439,11 +439,13 @@ class Context:
         """The CPUs the sampled process could use (affinity capped by its cgroup quota), the
         machine's count for sampler data written before the sampler recorded it (2026-11-29)."""
         process = self.sampler_process
-        if process is not None and "usable_cpus" in process and len(process):
-            usable = float(process["usable_cpus"].iloc[0])
-            if usable > 0:
-                return usable
-        return None if self.n_cpus is None else float(self.n_cpus)
+        usable = None if self.n_cpus is None else float(self.n_cpus)
+        if process is None or not len(process):
+            return usable
+        if "affinity_cpus" in process and process["affinity_cpus"].iloc[0] > 0:
+            usable = float(process["affinity_cpus"].iloc[0])
+        quota = float(process["cpu_quota"].iloc[0]) if "cpu_quota" in process else -1.0
+        return min(usable, quota) if quota > 0 and usable is not None else usable
 
     @cached_property
     def call_threads(self) -> list[tuple[str, Thread]]:

@@ -24,6 +24,7 @@ DETECTOR_IDS = (
     "parameter_server_wait",
     "dstate_threads",
     "idle_cores",
+    "cpu_throttling",
     "kernel_launch_overhead",
     "eager_execution",
     "function_retracing",

@@ -261,7 +261,7 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     return {str(k): float(c) / len(states) for k, c in zip(names, counts, strict=True)}, len(states)
 
 
-def _within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
+def within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     t = ctx.steps.table
     if t.empty:
         return df
@@ -274,7 +274,7 @@ def threads_in_steps(ctx: Context) -> pd.DataFrame | None:
     """The sampler's thread rows over the steps (all of them when none falls inside)."""
     def build() -> pd.DataFrame | None:
         th = ctx.sampler_threads
-        return None if th is None or th.empty else _within_steps(th, ctx)
+        return None if th is None or th.empty else within_steps(th, ctx)
     return ctx.memo("sampler_threads", build)
 
 
@@ -387,7 +387,7 @@ def _device_read_mb(ctx: Context) -> float | None:
     p = ctx.sampler_process
     if p is None or p.empty or "read_bytes" not in p:
         return None
-    return _grown_mb(_within_steps(p, ctx), "read_bytes")
+    return _grown_mb(within_steps(p, ctx), "read_bytes")
 
 
 def _grown_mb(p: pd.DataFrame, col: str) -> float:
@@ -441,7 +441,7 @@ def read_volume(ctx: Context) -> ReadVolume | None:
     p = ctx.sampler_process
     if p is None or p.empty or "rchar_bytes" not in p or not ctx.steps.found:
         return None
-    p = _within_steps(p, ctx)
+    p = within_steps(p, ctx)
     p = p[p["rchar_bytes"] >= 0]  # -1: /proc/<pid>/io was unreadable at that sweep
     span = (p["t_ns"].max() - p["t_ns"].min()) / 1e9 if len(p) > 1 else 0.0
     if span <= 0:

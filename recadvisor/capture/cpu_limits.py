@@ -13,30 +13,53 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 _MOUNTINFO = "/proc/self/mountinfo"
+
+
+class CpuLimit(NamedTuple):
+    """A CPU quota on a cgroup: `cores` (quota / period) and the group's `cpu.stat`, whose
+    throttling counters say how often the quota stopped the group."""
+
+    cores: float
+    stat: Path
+
+
+def affinity_cpus(pid: int) -> int:
+    """The CPUs `pid` may run on (taskset, a container's cpuset); the machine's count when the
+    platform does not say."""
+    try:
+        return len(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def usable_cpus(pid: int, proc: str = "/proc", mountinfo: str = _MOUNTINFO) -> float:
     """The CPUs `pid` may use: its affinity count, capped by its cgroup's CPU quota (cores,
     possibly fractional). The machine's count when neither is known."""
-    try:
-        allowed = float(len(os.sched_getaffinity(pid)))
-    except (AttributeError, OSError):
-        allowed = float(os.cpu_count() or 1)
     quota = cgroup_cpu_quota(pid, proc, mountinfo)
+    allowed = float(affinity_cpus(pid))
     return min(allowed, quota) if quota is not None else allowed
 
 
 def cgroup_cpu_quota(pid: int, proc: str = "/proc", mountinfo: str = _MOUNTINFO) -> float | None:
     """The tightest CPU quota (quota / period, in cores) on `pid`'s cgroup and its ancestors,
     cgroup v2 (`cpu.max`) or v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`); None without one."""
+    limit = cgroup_cpu_limit(pid, proc, mountinfo)
+    return None if limit is None else limit.cores
+
+
+def cgroup_cpu_limit(pid: int, proc: str = "/proc", mountinfo: str = _MOUNTINFO
+                     ) -> CpuLimit | None:
+    """The tightest CPU quota on `pid`'s cgroup and its ancestors, with the `cpu.stat` of the
+    group that sets it; None without one."""
     try:
         memberships = Path(f"{proc}/{pid}/cgroup").read_text().splitlines()
         mounts = Path(mountinfo).read_text().splitlines()
     except OSError:
         return None
-    quotas = []
+    limits = []
     for line in memberships:
         parts = line.split(":", 2)
         if len(parts) != 3:
@@ -49,8 +72,31 @@ def cgroup_cpu_quota(pid: int, proc: str = "/proc", mountinfo: str = _MOUNTINFO)
             for directory in _ancestors(Path(mountpoint), root, path):
                 q = _read_quota(directory, v2)
                 if q is not None:
-                    quotas.append(q)
-    return min(quotas) if quotas else None
+                    limits.append(CpuLimit(q, directory / "cpu.stat"))
+    return min(limits, key=lambda limit: limit.cores) if limits else None
+
+
+def parse_cpu_stat(text: bytes | str) -> tuple[int, int, float] | None:
+    """(periods, throttled periods, throttled seconds) from a cgroup `cpu.stat`: v1 counts the
+    throttled time in ns (`throttled_time`), v2 in µs (`throttled_usec`). The time is summed over
+    the CPUs the group's threads were stopped on, not wall time. None when the counters are
+    missing (a v2 group without the cpu controller has only usage lines)."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            values[key] = int(value)
+    if "nr_periods" not in values or "nr_throttled" not in values:
+        return None
+    if "throttled_time" in values:
+        throttled = values["throttled_time"] / 1e9
+    elif "throttled_usec" in values:
+        throttled = values["throttled_usec"] / 1e6
+    else:
+        return None
+    return values["nr_periods"], values["nr_throttled"], throttled
 
 
 def _cgroup_mounts(mounts: list[str], v2: bool) -> list[tuple[str, str]]:

@@ -18,8 +18,11 @@ Sampler files are Parquet, one row per sample:
   100 = all cores), `iowait_s` float64 (cumulative machine iowait seconds), `n_cpus` int32,
   `user_s`, `system_s` float64 (cumulative process CPU seconds), `rchar_bytes` int64 (cumulative
   bytes returned by read calls, page cache and network file systems included; since 2026-11-24,
-  absent before), `usable_cpus` float64 (the CPUs the process may use: its affinity count capped
-  by its cgroup's CPU quota, `recadvisor.capture.cpu_limits`; since 2026-11-29, absent before).
+  absent before). Since 2026-11-29 (absent before; `recadvisor.capture.cpu_limits`):
+  `affinity_cpus` int32 (the CPUs the process may run on), `cpu_quota` float64 (its cgroup's CPU
+  quota in cores, -1 without one), and the quota group's cumulative `cpu.stat` counters
+  `cpu_periods`, `cpu_throttled_periods` int64 and `cpu_throttled_s` float64 (throttled time
+  summed over the CPUs the group was stopped on; -1 without a quota or when unreadable).
 """
 
 THREADS_SUFFIX = ".threads.parquet"

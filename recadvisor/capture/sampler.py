@@ -36,7 +36,7 @@ from array import array
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from recadvisor.capture.cpu_limits import usable_cpus
+from recadvisor.capture.cpu_limits import affinity_cpus, cgroup_cpu_limit, parse_cpu_stat
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 
 DEFAULT_HZ = 50.0
@@ -156,8 +156,9 @@ class Sampler:
         self._fd_list: list[int] = []
         self._nthreads = b""  # the thread count at the last listing, as text
         self._since_list = 0
-        # Raw sweeps, parsed by _compact(): (ts, thread lines, process stat, io, /proc/stat).
-        self._raw: list[tuple[int, list[bytes], bytes, bytes | None, bytes]] = []
+        # Raw sweeps, parsed by _compact(): (ts, thread lines, process stat, io, /proc/stat,
+        # the quota group's cpu.stat).
+        self._raw: list[tuple[int, list[bytes], bytes, bytes | None, bytes, bytes | None]] = []
         # Parsed: one TaskStat per thread row (identical lines share one object), the sweep's
         # timestamp and row count per sweep, one tuple per process row.
         self._rows: list[TaskStat] = []
@@ -165,8 +166,12 @@ class Sampler:
         self._sweep_rows = array("q")
         self._prows: list[tuple[int, ...]] = []
         self.n_cpus = os.cpu_count() or 1
-        # Affinity and cgroup quota, read once: what the process can use of the n_cpus.
-        self.usable_cpus = usable_cpus(self.pid)
+        # Affinity and cgroup quota, read once: what the process can use of the n_cpus; the
+        # quota's group's cpu.stat is read every sweep (how often the quota stopped it).
+        self.affinity_cpus = affinity_cpus(self.pid)
+        limit = cgroup_cpu_limit(self.pid)
+        self.cpu_quota = limit.cores if limit else None
+        self._cg_fd = _open_or_none(str(limit.stat)) if limit else None
         self.gone = False  # the process exited
         self.late_sweeps = 0  # sweeps that started more than one period late
         self.sweep_cpu_s = 0.0  # CPU time of the sampling thread inside run()
@@ -201,11 +206,14 @@ class Sampler:
             lines = [os.pread(fd, _READ_SIZE, 0) for fd in self._fd_list]
         except OSError:  # a thread exited since the listing
             lines = self._read_tolerant()
-        io = None
+        io = cg = None
         if self._io_fd is not None:
             with contextlib.suppress(OSError):
                 io = os.pread(self._io_fd, _READ_SIZE, 0)
-        self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0)))
+        if self._cg_fd is not None:
+            with contextlib.suppress(OSError):
+                cg = os.pread(self._cg_fd, _READ_SIZE, 0)
+        self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0), cg))
         if len(self._raw) >= self._compact_every:
             self._compact()
         return True
@@ -237,7 +245,7 @@ class Sampler:
         """Parse the raw sweeps kept since the last call."""
         cache: dict[bytes, TaskStat] = {}
         rows, prows = self._rows, self._prows
-        for ts, lines, pstat, io, sysl in self._raw:
+        for ts, lines, pstat, io, sysl, cg in self._raw:
             n = len(rows)
             for line in lines:
                 st = cache.get(line)
@@ -254,9 +262,13 @@ class Sampler:
                 with contextlib.suppress(KeyError, ValueError):
                     rd, wr, rchar = parse_proc_io(io)
             cpu = parse_proc_stat_cpu(sysl)
+            periods, throttled, throttled_us = -1, -1, -1
+            if cg and (counters := parse_cpu_stat(cg)) is not None:
+                periods, throttled, throttled_us = *counters[:2], round(counters[2] * 1e6)
             prows.append(
                 (ts, proc.utime_ticks, proc.stime_ticks, proc.rss_pages * PAGE_SIZE, rd, wr,
-                 proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks, rchar)
+                 proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks, rchar,
+                 periods, throttled, throttled_us)
             )  # fmt: skip
         self._raw.clear()
 
@@ -318,13 +330,13 @@ class Sampler:
         self.close()
 
     def close(self) -> None:
-        for fd in [*self._fd_of.values(), self._stat_fd, self._io_fd, self._sys_fd]:
+        for fd in [*self._fd_of.values(), self._stat_fd, self._io_fd, self._sys_fd, self._cg_fd]:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd_of.clear()
         self._fd_list = []
-        self._stat_fd = self._io_fd = self._sys_fd = None
+        self._stat_fd = self._io_fd = self._sys_fd = self._cg_fd = None
 
     def drop_before(self, ts_ns: int) -> None:
         """Forget samples taken before `ts_ns` (a sampler started early, trimmed to its window)."""
@@ -357,8 +369,8 @@ class Sampler:
             }
         )
         m = len(self._prows)
-        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 11)
-        ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar = p.T
+        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 14)
+        ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar, periods, throttled, thr_us = p.T
         cpu_pct = np.zeros(m)
         sys_pct = np.zeros(m)
         if m > 1:
@@ -387,7 +399,11 @@ class Sampler:
                 "user_s": pa.array(user / CLK_TCK),
                 "system_s": pa.array(system / CLK_TCK),
                 "rchar_bytes": pa.array(rchar, pa.int64()),
-                "usable_cpus": pa.array(np.full(m, self.usable_cpus, np.float64)),
+                "affinity_cpus": pa.array(np.full(m, self.affinity_cpus, np.int32)),
+                "cpu_quota": pa.array(np.full(m, self.cpu_quota or -1.0, np.float64)),
+                "cpu_periods": pa.array(periods, pa.int64()),
+                "cpu_throttled_periods": pa.array(throttled, pa.int64()),
+                "cpu_throttled_s": pa.array(np.where(thr_us >= 0, thr_us / 1e6, -1.0)),
             }
         )
         return threads, process

@@ -47,7 +47,7 @@ def test_a_process_allowed_one_cpu_is_not_a_finding(tmp_path):
     # taskset -c 0, a container's cpuset or a 1-CPU quota: the machine's other core is not its.
     _, run = host_trace(tmp_path, wait_ms=0)
     write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100,
-                  usable_cpus=1)
+                  affinity_cpus=1)
     assert idle_cores(run) is None
 
 
@@ -66,7 +66,7 @@ def test_a_quota_counts_and_idle_cores_are_capped_by_it(tmp_path):
     # 4 CPUs, a quota of 3 cores: 2 idle cores the process may use, not 3.
     _, run = host_trace(tmp_path, wait_ms=0)
     write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=4, cpu_percent=100,
-                  usable_cpus=3)
+                  cpu_quota=3)
     f = idle_cores(run)
     assert isinstance(f, Finding)
     assert f.numbers["idle_cores"] == pytest.approx(2.0)

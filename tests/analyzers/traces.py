@@ -311,14 +311,15 @@ def input_copy_trace(
 def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
                   rchar_mb_per_s: float | None = None, host: str = "host",
-                  machine_percent: float | None = None,
-                  usable_cpus: float | None = None) -> None:
+                  machine_percent: float | None = None, affinity_cpus: int | None = None,
+                  cpu_quota: float | None = None, throttled: float = 0.0) -> None:
     """Sampler files of `host` in the layout of recadvisor/capture/layout.py; `threads` has
     t_ms, tid, name, state, user_s, system_s; the process reads `read_mb_per_s` from the device,
     and `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
     2026-11-24). The machine is busy `machine_percent` (100 = every core; the process's own
-    `cpu_percent` alone when None); `usable_cpus` (no column when None, as before 2026-11-29)
-    is the process's affinity and quota."""
+    `cpu_percent` alone when None). `affinity_cpus` and `cpu_quota` (cores) are the process's
+    limits (no columns when both are None, as before 2026-11-29); with a quota, the group is
+    throttled in `throttled` of its 100 ms periods, stopped for half of each on every CPU."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -333,8 +334,14 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                             "system_cpu_percent": (cpu_percent / n_cpus if machine_percent is None
                                                    else machine_percent),
                             "iowait_s": 0.0, "n_cpus": n_cpus})
-    if usable_cpus is not None:
-        process["usable_cpus"] = float(usable_cpus)
+    if affinity_cpus is not None or cpu_quota is not None:
+        process["affinity_cpus"] = affinity_cpus or n_cpus
+        process["cpu_quota"] = float(cpu_quota or -1.0)
+        periods = (secs * 10).astype("int64")
+        stopped = (periods * throttled).astype("int64")
+        process["cpu_periods"] = periods if cpu_quota else -1
+        process["cpu_throttled_periods"] = stopped if cpu_quota else -1
+        process["cpu_throttled_s"] = (secs * throttled * 0.5 * n_cpus) if cpu_quota else -1.0
     if rchar_mb_per_s is not None:
         process["rchar_bytes"] = (secs * rchar_mb_per_s * 1e6).astype("int64")
     process.to_parquet(run_dir / f"{host}.process.parquet")

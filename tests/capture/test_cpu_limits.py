@@ -7,11 +7,18 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from recadvisor.capture.cpu_limits import cgroup_cpu_quota, usable_cpus
+from recadvisor.capture.cpu_limits import (
+    cgroup_cpu_limit,
+    cgroup_cpu_quota,
+    parse_cpu_stat,
+    usable_cpus,
+)
+from recadvisor.capture.sampler import Sampler
 
 V1_MOUNTS = (
     "31 23 0:28 / /CG rw,relatime - tmpfs tmpfs rw,mode=755\n"
@@ -43,6 +50,25 @@ def test_v1_quota_of_the_group_and_its_ancestors(tmp_path):
         "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000\n",
         "cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"})
     assert cgroup_cpu_quota(pid, proc, mi) == pytest.approx(1.5)
+
+
+def test_the_limit_names_the_group_that_sets_it(tmp_path):
+    pid, proc, mi = fake(tmp_path, "0::/kubepods/pod1/ctr\n", V2_MOUNTS, {
+        "kubepods/pod1/ctr/cpu.max": "max 100000\n",
+        "kubepods/pod1/cpu.max": "250000 100000\n",
+        "kubepods/cpu.max": "800000 100000\n"})
+    limit = cgroup_cpu_limit(pid, proc, mi)
+    assert limit.cores == pytest.approx(2.5)
+    assert limit.stat == tmp_path / "CG" / "kubepods" / "pod1" / "cpu.stat"
+
+
+def test_cpu_stat_counters_of_both_versions():
+    v1 = "nr_periods 2498\nnr_throttled 1399\nthrottled_time 74948998083\nnr_bursts 0\n"
+    assert parse_cpu_stat(v1.encode()) == (2498, 1399, pytest.approx(74.948998083))
+    v2 = ("usage_usec 51\nuser_usec 40\nsystem_usec 11\nnr_periods 20\nnr_throttled 5\n"
+          "throttled_usec 250000\n")
+    assert parse_cpu_stat(v2) == (20, 5, pytest.approx(0.25))
+    assert parse_cpu_stat("usage_usec 51\nuser_usec 40\n") is None
 
 
 def test_v2_cpu_max(tmp_path):
@@ -111,3 +137,26 @@ def test_a_real_quota_on_a_real_process():
         finally:
             child.kill()
             child.wait()
+
+
+def test_the_sampler_records_a_real_quota_and_its_throttling():
+    with _v1_group(f"recadvisor-sampled-{os.getpid()}") as group:
+        (group / "cpu.cfs_quota_us").write_text("50000")
+        spin = "import time\nt = time.time()\nwhile time.time() - t < 30: pass\n"
+        child = subprocess.Popen([sys.executable, "-c", spin])
+        try:
+            (group / "cgroup.procs").write_text(str(child.pid))
+            s = Sampler(child.pid, hz=50, cpu_budget=None).start()
+            time.sleep(1.0)
+            s.stop()
+            process = s.tables()[1].to_pandas()
+        finally:
+            child.kill()
+            child.wait()
+    assert (process.cpu_quota == 0.5).all()
+    assert (process.affinity_cpus == len(os.sched_getaffinity(0))).all()
+    # One spinning thread on a half-core quota is stopped in every 100 ms period.
+    periods = process.cpu_periods.iloc[-1] - process.cpu_periods.iloc[0]
+    throttled = process.cpu_throttled_periods.iloc[-1] - process.cpu_throttled_periods.iloc[0]
+    assert periods >= 8 and throttled >= periods - 2, (periods, throttled)
+    assert process.cpu_throttled_s.iloc[-1] - process.cpu_throttled_s.iloc[0] > 0.3

@@ -13,7 +13,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from recadvisor.capture.cpu_limits import usable_cpus
+from recadvisor.capture.cpu_limits import affinity_cpus, cgroup_cpu_quota
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
 from recadvisor.capture.sampler import (
     CLK_TCK,
@@ -208,7 +208,13 @@ def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     assert (th.pid == p.pid).all() and (pr.pid == p.pid).all()
     assert pr.rss_bytes.min() > 1_000_000 and (pr.num_threads >= 3).all()
     assert (pr.n_cpus == os.cpu_count()).all()
-    assert (pr.usable_cpus == usable_cpus(p.pid)).all() and (pr.usable_cpus <= pr.n_cpus).all()
+    assert (pr.affinity_cpus == affinity_cpus(p.pid)).all()
+    quota = cgroup_cpu_quota(p.pid)
+    assert (pr.cpu_quota == (quota or -1.0)).all()
+    if quota is None:  # no quota group: no throttling counters
+        assert (pr.cpu_periods == -1).all() and (pr.cpu_throttled_s == -1).all()
+    else:
+        assert pr.cpu_periods.is_monotonic_increasing and (pr.cpu_throttled_s >= 0).all()
     assert pr.cpu_percent.iloc[1:].mean() > 20  # the spinning thread
     assert 0 <= pr.system_cpu_percent.max() <= 100.0 + 1e-6
     assert pr.iowait_s.is_monotonic_increasing
