@@ -54,7 +54,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     evidence = [
         f"the cgroup's CPU quota of {quota} core(s) stopped the process in {t.throttled_periods} "
         f"of its {t.periods} 100 ms periods ({t.period_share:.0%}) over the steps; "
-        f"{t.throttled_s / t.wall_s:.2f} CPU-seconds of stopped threads per second",
+        f"its run queues stopped {t.throttled_s / t.wall_s:.2f} s per second, summed over CPUs",
         f"it used {t.process_cores:.2f} cores with {t.runnable:.1f} threads runnable on average "
         f"(a stopped thread stays runnable); it may run on {t.affinity} CPUs, which TF sizes its "
         f"thread pools to, not to the quota",

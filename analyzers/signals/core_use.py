@@ -41,8 +41,13 @@ TOP_FRACTION = 0.25
 # times as often as in the step's other sweeps. A pool's threads rotate through its ops, so a
 # full pool has about as many as the process has CPUs even where each runs a small share (an
 # op split 7 ways on 64 cores); a capped pool's one worker runs the small ops too (woken: no).
-WOKEN_SHARE = 0.02
+WOKEN_SHARE = 0.05
 WOKEN_RATIO = 2.0
+# Below this many usable CPUs the busy cut alone decides: a healthy pool's few threads are all
+# busy (73-97% each on 2 CPUs), while a short window's unplaced tf.data threads, seen in 2-4 of
+# ~45 sweeps and never outside the ops, would pass for woken ones (one of three `capped_pools`
+# runs of 20 steps counted 5).
+WOKEN_MIN_CPUS = 4
 
 
 @dataclass
@@ -69,10 +74,11 @@ class CoreUse:
     def capped(self) -> bool:
         """Fewer threads did the large ops' work than the process may use cores, by one at least:
         its pools hold fewer threads than it has CPUs. (With no thread busy enough to count, the
-        work hopped between threads: not a pool's size.) A pool that spreads its ops thinly over
-        many threads, each below the busy cut, still wakes most of them: not capped."""
+        work hopped between threads: not a pool's size.) On a larger machine, a pool that spreads
+        its ops thinly over many threads, each below the busy cut, still wakes at least half as
+        many as the CPUs: not capped."""
         return (1 <= len(self.workers) <= self.usable_cpus - 1
-                and self.woken <= self.usable_cpus - 1)
+                and (self.usable_cpus < WOKEN_MIN_CPUS or self.woken <= self.usable_cpus / 2))
 
 
 def core_use(ctx: Context) -> CoreUse | None:
