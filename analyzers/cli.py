@@ -20,7 +20,8 @@ def add_parser(subparsers) -> None:
         "evidence, estimated speedup and remedy. Exit 0; 3 when a finding reaches --fail-on; "
         "2 on bad input.",
     )
-    a.add_argument("logdir", type=Path, help="logdir, run folder, or a single trace file")
+    a.add_argument("logdir", type=Path, help="logdir, run folder, or a single trace file "
+                   "(a gzipped *.xplane.pb.gz too)")
     a.add_argument("--run", help="run name under plugins/profile/ (default: the latest); "
                    "cycle:K reads each PyTorch worker's K-th profiling cycle (1 the first, "
                    "-1 the last, the default) of a folder holding several")

@@ -22,7 +22,12 @@ from analyzers.events import empty_events
 from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
 from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
-from analyzers.ingest.xplane import SLOW_DECODER_WARNING, compiled_decoder_built, read_xplane
+from analyzers.ingest.xplane import (
+    SLOW_DECODER_WARNING,
+    compiled_decoder_built,
+    read_gzipped_xplane,
+    read_xplane,
+)
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
 from recadvisor.capture.metadata import METADATA_FILE
 
@@ -31,7 +36,11 @@ SLOW_DECODER_BYTES = 4 << 20
 
 JSON_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".json.gz", ".json")
 # What a file's name ends with after its host's name, longest first.
-HOST_SUFFIXES = (XPLANE_SUFFIX, ".pt.trace.json.gz", ".pt.trace.json", *JSON_SUFFIXES)
+# A gzipped xplane is read when named directly (`recadvisor analyze profile.xplane.pb.gz`), not
+# looked for in folders: a run folder holding both would count its trace twice.
+GZ_XPLANE_SUFFIX = XPLANE_SUFFIX + ".gz"
+HOST_SUFFIXES = (XPLANE_SUFFIX, GZ_XPLANE_SUFFIX, ".pt.trace.json.gz", ".pt.trace.json",
+                 *JSON_SUFFIXES)
 
 
 @dataclass
@@ -223,7 +232,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     world_sizes = []
     warnings: list[str] = []
     headers = {f: h for f in files
-               if not f.name.endswith(XPLANE_SUFFIX) and (h := kineto_header(f)) is not None}
+               if not f.name.endswith((XPLANE_SUFFIX, GZ_XPLANE_SUFFIX))
+               and (h := kineto_header(f)) is not None}
     chosen = choose_cycles(files, headers, cycle)
     files = chosen.files
     if chosen.left_out:
@@ -239,6 +249,9 @@ def load_run(path: Path, run: str | None = None) -> RunData:
                     and f.stat().st_size > SLOW_DECODER_BYTES):
                 warnings.append(SLOW_DECODER_WARNING)
             x = read_xplane(f, host)
+            parts.append((x.events, x.t0_unix_ns))
+        elif f.name.endswith(GZ_XPLANE_SUFFIX):
+            x = read_gzipped_xplane(f, host)
             parts.append((x.events, x.t0_unix_ns))
         else:
             try:

@@ -15,7 +15,11 @@ temporary is built on the way (bench/analyzer_speed.py).
 from __future__ import annotations
 
 import gc
+import gzip
 import mmap
+import shutil
+import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -105,6 +109,22 @@ def read_xplane(path: Path, host: str, decoder: str = "auto") -> XSpaceTable:
             finally:
                 _unmap(mapped, path)
     return _table(d, host)
+
+
+def read_gzipped_xplane(path: Path, host: str) -> XSpaceTable:
+    """An `*.xplane.pb.gz` (TF never writes one; people gzip profiles to share them): inflated
+    into a temporary file, which the decoder maps like any other, then removed."""
+    with tempfile.NamedTemporaryFile(suffix=".xplane.pb") as tmp:
+        try:
+            with gzip.open(path, "rb") as src:
+                shutil.copyfileobj(src, tmp, 1 << 20)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ValueError(f"{path}: not a readable gzip-compressed xplane ({e})") from None
+        tmp.flush()
+        try:
+            return read_xplane(Path(tmp.name), host)
+        except ValueError as e:  # named after the file the user gave, not the temporary one
+            raise ValueError(str(e).replace(tmp.name, f"{path} (inflated)")) from None
 
 
 def _unmap(mapped: mmap.mmap, path: Path) -> None:

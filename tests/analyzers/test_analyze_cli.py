@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -77,6 +78,35 @@ def test_corrupt_trace_is_one_line_exit_2(tmp_path, content):
                        capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_a_gzipped_xplane_named_directly_reads_like_the_xplane(tmp_path, capsys):
+    _, run = host_trace(tmp_path / "ld", wait_ms=60)
+    (xplane,) = run.glob("*.xplane.pb")
+    gz = tmp_path / "shared.xplane.pb.gz"
+    gz.write_bytes(gzip.compress(xplane.read_bytes()))
+    assert main(["analyze", str(xplane), "--format", "json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["analyze", str(gz), "--format", "json"]) == 0
+    zipped = json.loads(capsys.readouterr().out)
+    assert zipped["findings"] == plain["findings"] and zipped["breakdown"] == plain["breakdown"]
+    assert zipped["steps"] == plain["steps"]
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    (b"not gzip", "not a readable gzip-compressed xplane"),
+    (gzip.compress(bytes(range(256)) * 40, mtime=0)[:100], "not a readable gzip-compressed xplane"),
+    (gzip.compress(b"garbage" * 50), "(inflated): not a valid xplane"),
+    (gzip.compress(b""), "(inflated): empty xplane file"),
+])
+def test_a_bad_gzipped_xplane_is_one_line_exit_2(tmp_path, content, said):
+    path = tmp_path / "bad.xplane.pb.gz"
+    path.write_bytes(content)
+    p = subprocess.run([sys.executable, "-m", "recadvisor.cli", "analyze", str(path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert f"{path}" in p.stderr and said in p.stderr, p.stderr
 
 
 def test_empty_logdir_and_missing_path(tmp_path, capsys):
