@@ -22,6 +22,7 @@ import math
 
 from analyzers.context import Context
 from analyzers.findings import Finding, Skipped, speedup_from_saving
+from analyzers.signals.os_sampler import NO_SAMPLER
 from analyzers.signals.throttling import throttling
 
 ID = "cpu_throttling"
@@ -39,9 +40,7 @@ _HOST_SIDE = ("host_compute", "framework", "python_other", "convert", "launch", 
 
 def detect(ctx: Context) -> Finding | Skipped | None:
     if ctx.sampler_threads is None or ctx.sampler_threads.empty:
-        return Skipped(ID, "no OS sampler data in this run (capture it with `recadvisor capture` "
-                           "or the reference trainer): a CPU quota's throttling is not in the TF "
-                           "trace")
+        return Skipped(ID, f"{NO_SAMPLER}: a CPU quota's throttling is not in the TF trace")
     t = throttling(ctx)
     if (t is None or t.periods < MIN_PERIODS or t.period_share < MIN_PERIOD_SHARE
             or t.demand - t.quota < MIN_EXCESS_DEMAND):

@@ -22,6 +22,7 @@ from analyzers.detectors import io_stall
 from analyzers.findings import Finding, Skipped, speedup_from_saving
 from analyzers.signals.os_sampler import (
     LARGE_READ_KERNEL_S_PER_MB,
+    NO_SAMPLER,
     IoThreads,
     io_threads,
     summarize,
@@ -38,8 +39,7 @@ SMALL_READ_MS_PER_MB = 1.0
 def detect(ctx: Context) -> Finding | Skipped | None:
     s = summarize(ctx)
     if s is None:
-        return Skipped(ID, "no OS sampler data in this run (capture it with `recadvisor capture` "
-                           "or the reference trainer): thread states are not in the TF trace")
+        return Skipped(ID, f"{NO_SAMPLER}: thread states are not in the TF trace")
     if s.d_state_share < MIN_D_SHARE and s.mean_d_threads < MIN_MEAN_D:
         return None
     io = io_threads(ctx)

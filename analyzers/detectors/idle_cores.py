@@ -23,6 +23,7 @@ from __future__ import annotations
 from analyzers.context import Context
 from analyzers.findings import Finding, Skipped, speedup_from_saving
 from analyzers.signals.core_use import LARGE_OP_NS, core_use
+from analyzers.signals.os_sampler import NO_SAMPLER
 
 ID = "idle_cores"
 # Less than this many idle cores is within what any job leaves between ops.
@@ -31,9 +32,8 @@ MIN_IDLE_CORES = 0.5
 
 def detect(ctx: Context) -> Finding | Skipped | None:
     if ctx.sampler_threads is None or ctx.sampler_threads.empty:
-        return Skipped(ID, "no OS sampler data in this run (capture it with `recadvisor capture` "
-                           "or the reference trainer): the threads that do an op's work on CPU "
-                           "write no trace events")
+        return Skipped(ID, f"{NO_SAMPLER}: the threads that do an op's work on CPU write no "
+                           "trace events")
     use = core_use(ctx)
     if use is None or not use.capped or use.idle_cores < MIN_IDLE_CORES:
         return None

@@ -39,7 +39,7 @@ JSON_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json", ".json.gz", 
 # A gzipped xplane is read when named directly (`recadvisor analyze profile.xplane.pb.gz`), not
 # looked for in folders: a run folder holding both would count its trace twice.
 GZ_XPLANE_SUFFIX = XPLANE_SUFFIX + ".gz"
-HOST_SUFFIXES = (XPLANE_SUFFIX, GZ_XPLANE_SUFFIX, ".pt.trace.json.gz", ".pt.trace.json",
+HOST_SUFFIXES = (GZ_XPLANE_SUFFIX, XPLANE_SUFFIX, ".pt.trace.json.gz", ".pt.trace.json",
                  *JSON_SUFFIXES)
 
 
@@ -244,14 +244,12 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             f"picks another, K from 1 to {chosen.count})")
     for f in files:
         host = _host_of(f, headers.get(f))
-        if f.name.endswith(XPLANE_SUFFIX):
+        if f.name.endswith((XPLANE_SUFFIX, GZ_XPLANE_SUFFIX)):
             if (SLOW_DECODER_WARNING not in warnings and not compiled_decoder_built()
                     and f.stat().st_size > SLOW_DECODER_BYTES):
                 warnings.append(SLOW_DECODER_WARNING)
-            x = read_xplane(f, host)
-            parts.append((x.events, x.t0_unix_ns))
-        elif f.name.endswith(GZ_XPLANE_SUFFIX):
-            x = read_gzipped_xplane(f, host)
+            read = read_xplane if f.name.endswith(XPLANE_SUFFIX) else read_gzipped_xplane
+            x = read(f, host)
             parts.append((x.events, x.t0_unix_ns))
         else:
             try:

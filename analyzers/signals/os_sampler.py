@@ -22,6 +22,9 @@ from analyzers.events import EndTimes, cat_mask, is_device_plane
 from analyzers.steps import inside, inside_merged, merge_intervals
 
 INPUT_PREFIXES = ("tf_data",)
+# Why a detector that needs the sampler could not judge a run: the start of its Skipped reason.
+NO_SAMPLER = ("no OS sampler data in this run (capture it with `recadvisor capture` or the "
+              "reference trainer)")
 
 
 MIN_AGREEMENT = 0.3  # phi correlation of "thread running" and "line busy" over the samples
