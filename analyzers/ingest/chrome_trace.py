@@ -34,6 +34,7 @@ from analyzers.events import (
     build_events,
     stat_aliases,
 )
+from analyzers.ingest.chrome_events import EXTRA_ALIASES, Event, RunDecoder
 from analyzers.ingest.json_chunks import NotATrace, TraceJsonError, TraceText
 
 # Kineto before PyTorch 1.10 named the GPU's categories `Kernel`, `Memcpy`, `Memset`
@@ -87,12 +88,13 @@ def read_chrome_trace(path: Path, host: str,
 def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFrame, int]:
     if Path(path).stat().st_size == 0:
         raise ValueError(f"{path}: empty trace file")
-    doc = TraceText(_text_pieces(path))
     columns = _Columns()
+    doc = TraceText(_text_pieces(path), decode=columns.decoder.decode,
+                    convert=columns.decoder.convert)
     try:
-        for chunk in doc.chunks():
-            columns.add([e for e in chunk if isinstance(e, dict)])
-            del chunk  # freed before the next run is parsed, not after
+        for run in doc.chunks():
+            columns.add(run)
+            del run  # freed before the next run is parsed, not after
     except (TraceJsonError, OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable JSON trace ({e})") from None
     except NotATrace:
@@ -146,42 +148,47 @@ class _Columns:
         self.stats: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self.begin_end: list[dict] = []
         # Every stat a trace may carry: the TF1 session stats are dropped in table() when the
-        # trace has no Session.run. PyTorch: `correlation` links a kernel to its launch;
-        # `External id` links CPU ops to each other and would overwrite it, so it is not read.
+        # trace has no Session.run.
         self.aliases = stat_aliases(True)
-        self.aliases.update({"correlation": "correlation_id",
-                             "Bytes": "bytes", "bytes": "bytes", "device": "device_id",
-                             "Group size": "group_size"})
+        self.aliases.update(EXTRA_ALIASES)
+        self.decoder = RunDecoder(list(self.aliases))
 
-    def add(self, records: list[dict]) -> None:
-        for e in records:
-            if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
-                a = e.get("args") if isinstance(e.get("args"), dict) else {}
-                pid, tid = _hashable(e.get("pid")), _hashable(e.get("tid"))
-                if e["name"] == "process_name":
-                    self.proc_names[pid] = str(a.get("name", pid))
+    def add(self, events: list[Event]) -> None:
+        # Metadata, B/E pairs, instants and counters are few beside the complete events.
+        other = [e for e in events if e.ph != "X"]
+        xs = [e for e in events if e.ph == "X"] if other else events
+        for e in other:
+            if e.ph == "M" and e.name in ("process_name", "thread_name"):
+                name = self.decoder.column([e.args], "name")[0]
+                pid, tid = _hashable(e.pid), _hashable(e.tid)
+                if e.name == "process_name":
+                    self.proc_names[pid] = str(pid if name is None else name)
                 else:
-                    self.thread_names[(pid, tid)] = str(a.get("name", tid))
-        self.begin_end += [e for e in records if e.get("ph") in ("B", "E")]
-        xs = [e for e in records if e.get("ph") == "X"]
+                    self.thread_names[(pid, tid)] = str(tid if name is None else name)
+            elif e.ph in ("B", "E"):
+                self.begin_end.append(self._record(e))
         if xs:
             self._add_complete(xs)
 
     def add_begin_end(self) -> None:
         if self.begin_end:
-            self._add_complete(_begin_end_records(self.begin_end))
+            self._add_complete(self.decoder.convert(_begin_end_records(self.begin_end)))
             self.begin_end = []
 
-    def _add_complete(self, xs: list[dict]) -> None:
+    def _record(self, e: Event) -> dict:
+        return {"ph": e.ph, "name": e.name, "cat": e.cat, "pid": e.pid, "tid": e.tid,
+                "ts": e.ts, "dur": e.dur, "args": self.decoder.args_dict(e.args)}
+
+    def _add_complete(self, xs: list[Event]) -> None:
         n = len(xs)
-        self.ts.append(_numbers([e.get("ts") for e in xs]))
-        self.dur.append(_numbers([e.get("dur") for e in xs]))
-        args = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]
-        cats = [_text(e.get("cat")) for e in xs]
+        self.ts.append(_numbers([e.ts for e in xs]))
+        self.dur.append(_numbers([e.dur for e in xs]))
+        args = [e.args for e in xs]
+        cats = _texts([e.cat for e in xs])
         # A GPU event's plane comes from its device arg (the pid's name when it has none).
-        places = [(e.get("pid"), e.get("tid"), c,
-                   a.get("device", e.get("pid")) if c in _GPU_CATS else None)
-                  for e, a, c in zip(xs, args, cats, strict=True)]
+        devices = self.decoder.column(args, "device")
+        places = [(e.pid, e.tid, c, (e.pid if d is None else d) if c in _GPU_CATS else None)
+                  for e, d, c in zip(xs, devices, cats, strict=True)]
         index = self.place_index
         try:
             codes = [index.setdefault(k, len(index)) for k in places]
@@ -193,18 +200,24 @@ class _Columns:
         # (`ReadVariableOp`, `Iterator::BatchV2`) and keeps the xplane name in `args.long_name`
         # (`scope/op:ReadVariableOp`, `Iterator::Root::Prefetch::BatchV2`): the detectors key on
         # the latter (docs/trace-signals.md, "Chrome trace JSON").
-        names = [_text(a["long_name"]) if a.get("long_name") is not None else _text(e.get("name"))
-                 for e, a in zip(xs, args, strict=True)]
+        names = _texts([e.name for e in xs])
+        long_names = self.decoder.column(args, "long_name")
+        if long_names.count(None) < n:
+            names = [n if x is None else _text(x) for n, x in zip(names, long_names, strict=True)]
         codes, uniq = pd.factorize(np.array(names, dtype=object))
         index = self.name_index
         known = np.array([index.setdefault(u, len(index)) for u in uniq.tolist()],
                          dtype=np.int64)
         self.name_codes.append(known[codes])
-        for col, values in _arg_stats(args, self.aliases, n).items():
-            rows = np.flatnonzero(pd.notna(values) if col in TEXT_STATS else values != -1)
-            got = self.stats.setdefault(col, ([], []))
-            got[0].append(rows + self.n)
-            got[1].append(values[rows])
+        for key, col in self.aliases.items():
+            values = self.decoder.column(args, key)
+            if values.count(None) == n:
+                continue
+            rows, values = _stat_values(values, col in TEXT_STATS)
+            if len(rows):
+                got = self.stats.setdefault(col, ([], []))
+                got[0].append(rows + self.n)
+                got[1].append(values)
         self.n += n
 
     def table(self, host: str) -> tuple[pd.DataFrame, int]:
@@ -272,33 +285,23 @@ class _Columns:
         return planes, lines, tid.fillna(-1).astype(np.int64).to_numpy()
 
 
-def _arg_stats(args: list[dict], aliases: dict[str, str], n: int) -> dict[str, np.ndarray]:
-    """The stat columns the events' args carry, each filled in one assignment: rows and values
-    are gathered per column first (an n-row array per event that has the stat made a
-    million-event trace take minutes)."""
-    found: dict[str, tuple[list[int], list]] = {}
-    for i, a in enumerate(args):
-        for key, value in a.items():
-            col = aliases.get(key)
-            if col is None:
-                continue
-            if col in TEXT_STATS:
-                value = str(value)
-            elif _whole(value):
-                value = int(value)
-            else:
-                continue
-            got = found.get(col)
-            if got is None:
-                got = found[col] = ([], [])
-            got[0].append(i)
-            got[1].append(value)
-    out = {}
-    for col, (rows, values) in found.items():
-        text = col in TEXT_STATS
-        out[col] = np.full(n, None if text else -1, dtype=object if text else np.int64)
-        out[col][rows] = values
-    return out
+def _stat_values(values: list, text: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that carry a stat and its values there: text as str; numbers as int64, where
+    they are whole (an int, a finite float, or digits) and not -1 (a stat column's "none")."""
+    rows = [i for i, v in enumerate(values) if v is not None]
+    present = [values[i] for i in rows]
+    if text:
+        return np.array(rows, dtype=np.int64), np.array([str(v) for v in present], dtype=object)
+    out = None
+    if all(v.__class__ is int for v in present):
+        with contextlib.suppress(OverflowError):
+            out = np.array(present, dtype=np.int64)
+    if out is None:
+        kept = [(i, int(v)) for i, v in zip(rows, present, strict=True) if _whole(v)]
+        rows, out = [i for i, _ in kept], np.array([v for _, v in kept], dtype=np.int64)
+    rows_a = np.array(rows, dtype=np.int64)
+    real = out != -1
+    return rows_a[real], out[real]
 
 
 def _whole(value: object) -> bool:
@@ -310,6 +313,11 @@ def _whole(value: object) -> bool:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _texts(values: list) -> list[str]:
+    # Most are str already: the class test is cheaper than a call per value.
+    return [v if v.__class__ is str else _text(v) for v in values]
 
 
 def _numbers(values: list) -> np.ndarray:

@@ -3,8 +3,9 @@
 `json.loads` of a whole trace holds its text and every event as a dict at once: ~800 bytes an
 event, 1.3 GB for a 344 MB PyTorch trace (docs/trace-signals.md, "Reading Chrome traces"). Here
 the text comes in pieces (decompressed as it is read) and the `traceEvents` array is cut into
-runs of about CHUNK_CHARS characters, each parsed by the standard library's parser: the reader
-turns one run into columns before the next is made, and the text before it is dropped.
+runs of about CHUNK_CHARS characters, each parsed by the standard library's parser (or the
+caller's decoder: msgspec's, into typed records): the reader turns one run into columns before
+the next is made, and the text before it is dropped.
 
 A run ends where two of the array's elements meet (`}`, a comma, `{`). A string or a nested
 array can hold that text too, but a run cut there does not parse: within a string, its quotes do
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
 
 CHUNK_CHARS = 1 << 20
 # Failed cuts tried before the rest is read element by element.
@@ -30,8 +32,9 @@ _WS = re.compile(r"[ \t\n\r]*")
 _MEET = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _CLOSE = re.compile(r"\}[ \t\n\r]*\]")
 _DECODER = json.JSONDecoder()
-# A run of elements, the position after it, and whether that is after the array's `]`.
-_Run = tuple[list, int, bool]
+# A run of elements (as the decoder gives them), the position after it, and whether that is
+# after the array's `]`.
+_Run = tuple[Any, int, bool]
 
 
 class NotATrace(ValueError):
@@ -46,11 +49,19 @@ class TraceText:
     """The JSON text of a Chrome trace, given whole or in pieces: a `{"traceEvents": [...], ...}`
     object or a bare array of events. `chunks()` yields the events in runs; the object's other
     members are in `members` once it is done. Raises TraceJsonError on text that is not JSON,
-    NotATrace on JSON that is not a trace."""
+    NotATrace on JSON that is not a trace.
 
-    def __init__(self, pieces: str | Iterable[str], chunk_chars: int | None = None) -> None:
+    A run is a list of the elements as `json.loads` gives them, or what `decode` makes of the
+    text of a JSON array (`[...]`) of them (None where that text is not JSON); `convert` makes
+    the same of a list of elements already decoded (the runs read element by element)."""
+
+    def __init__(self, pieces: str | Iterable[str], chunk_chars: int | None = None,
+                 decode: Callable[[str], Any] | None = None,
+                 convert: Callable[[list], Any] | None = None) -> None:
         self._pieces = iter([pieces] if isinstance(pieces, str) else pieces)
         self.chunk_chars = chunk_chars or CHUNK_CHARS
+        self._decode = decode or _json_elements
+        self._convert = convert or _same
         self.members: dict[str, object] = {}
         # What is read and not yet parsed; positions below index it.
         self.buf = ""
@@ -58,7 +69,7 @@ class TraceText:
         # The text dropped before buf, for error positions.
         self._dropped = self._dropped_lines = self._dropped_col = 0
 
-    def chunks(self) -> Iterator[list]:
+    def chunks(self) -> Iterator[Any]:
         try:
             pos = self._skip(0)
             if self._char(pos) == "[":
@@ -74,7 +85,7 @@ class TraceText:
             raise TraceJsonError(f"{e.msg}: line {line} column {column} "
                                  f"(char {self._dropped + e.pos})") from None
 
-    def _bare_array(self, pos: int) -> Generator[list, None, int]:
+    def _bare_array(self, pos: int) -> Generator[Any, None, int]:
         first = self._skip(pos + 1)
         if self._char(first) != "]":
             # A bare array is a trace when its first element is an event (parsed twice: once
@@ -84,7 +95,7 @@ class TraceText:
                 raise NotATrace
         return (yield from self._array(pos))
 
-    def _object(self, pos: int) -> Generator[list, None, int]:
+    def _object(self, pos: int) -> Generator[Any, None, int]:
         if self._char(pos) != "{":
             self._value(pos)  # raises on anything but a JSON scalar
             raise NotATrace
@@ -116,7 +127,7 @@ class TraceText:
             raise NotATrace
         return pos + 1
 
-    def _array(self, start: int) -> Generator[list, None, int]:
+    def _array(self, start: int) -> Generator[Any, None, int]:
         """Yield the elements of the array at `start` in runs; return the index after it."""
         pos = self._skip(start + 1)
         while True:
@@ -127,7 +138,7 @@ class TraceText:
             got = self._last(pos) if last else self._middle(pos)
             run, pos, closed = got or self._one_by_one(pos)
             if closed:
-                if run:
+                if len(run):
                     yield run
                 return pos
             pos = self._drop(pos)
@@ -144,7 +155,7 @@ class TraceText:
                 # No two elements meet past a run from here: the array ends within reach (what
                 # follows it is long), or its elements are not objects.
                 return self._last(pos) if tries == 0 else None
-            run = _elements(self.buf, pos, meet.start() + 1)
+            run = self._elements(pos, meet.start() + 1)
             if run is not None:
                 return run, meet.end() - 1, False
             start, tries = meet.end(), tries + 1
@@ -155,13 +166,13 @@ class TraceText:
         after which the elements parse is that `]`: after an element of the array, only its
         `]` or a comma may come."""
         if self._char(pos) == "]":
-            return [], pos + 1, True
+            return self._convert([]), pos + 1, True
         start = pos
         for _ in range(_TRIES):
             close = _CLOSE.search(self.buf, start)
             if close is None:
                 return None
-            run = _elements(self.buf, pos, close.start() + 1)
+            run = self._elements(pos, close.start() + 1)
             if run is not None:
                 return run, close.end(), True
             start = close.end()
@@ -172,17 +183,21 @@ class TraceText:
         run: list = []
         pos = self._skip(pos)
         if self._char(pos) == "]":
-            return run, pos + 1, True
+            return self._convert(run), pos + 1, True
         while len(run) < _ITEMS:
             item, pos = self._value(pos)
             run.append(item)
             pos = self._skip(pos)
             if self._char(pos) == "]":
-                return run, pos + 1, True
+                return self._convert(run), pos + 1, True
             if self._char(pos) != ",":
                 raise json.JSONDecodeError("Expecting ',' delimiter", self.buf, pos)
             pos = self._skip(pos + 1)
-        return run, pos, False
+        return self._convert(run), pos, False
+
+    def _elements(self, start: int, end: int) -> Any:
+        """The decoded elements `buf[start:end]` holds, or None when it is not a run of them."""
+        return self._decode("[" + self.buf[start:end] + "]")
 
     def _more(self) -> bool:
         """Read the next piece of text into buf; False when there is none."""
@@ -230,9 +245,12 @@ class TraceText:
                     raise
 
 
-def _elements(text: str, start: int, end: int) -> list | None:
-    """The array elements `text[start:end]` holds, or None when it is not a run of them."""
+def _json_elements(text: str) -> list | None:
     try:
-        return json.loads("[" + text[start:end] + "]")
+        return json.loads(text)
     except json.JSONDecodeError:
         return None
+
+
+def _same(elements: list) -> list:
+    return elements
