@@ -22,7 +22,7 @@ from analyzers.events import TIMELINE_RUN
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.gil_returns import MIN_WAIT_NS
 from analyzers.signals.dataloader import WORKERS, LoaderFetches, loader_fetches
-from analyzers.signals.gil import GilWaits, input_holds_gil
+from analyzers.signals.gil import GilWaits, gil_waits, input_holds_gil
 from analyzers.signals.input_pipeline import (
     MIN_INPUT_WAIT,
     RESHAPING_CAUSES,
@@ -92,6 +92,13 @@ _FIXES = {
 _GIL_BOUND = ("; an upper bound for worker processes on a host without an accelerator: their "
               "Python still runs on the model's cores (a PyDataset's batches built by 4 processes "
               "on 2 cores: 1.3x; whole-batch NumPy instead of a loop over examples: 2.8x)")
+
+# Measured on foreign_jobs.py `generator` and `pyfunc` against `python_vectorized`, 3 runs each
+# (docs/trace-signals.md, "GIL waits").
+_PYTHON_BEATS = ("; TF ops in place of the Python can beat it: beside the pipeline's Python the "
+                 "loop's own Python took 2.0x and the model's ops 1.4-1.6x as long as without it, "
+                 "for hand-overs of the GIL too short to trace (a from_generator job measured "
+                 "30x faster with TF ops, estimated 17-20x)")
 
 
 def _gil_note(gil: GilWaits) -> str:
@@ -205,7 +212,10 @@ def detect(ctx: Context) -> Finding | None:
         # The fix takes the producers' work away: a step becomes the model's compute alone, at
         # the speed it has with the cores to itself. The profiler's per-element cost sits in the
         # wait and in the contention both, and the fix removes both (step_before_fix).
-        compute = step_ms * (1 - exposed - held)
+        # Waits under MIN_SHARE are not named, but taking the pipeline's Python away ends them
+        # too: 0.75 ms of a 46.8 ms from_generator step (docs/trace-signals.md, "GIL waits").
+        waits = held or (gil_waits(ctx).share if "python_function" in causes else 0.0)
+        compute = step_ms * (1 - exposed - waits)
         after = compute / slowdown
         before, inflated = step_before_fix(ctx, after, step_ms)
         saved = 1 - after / before if before else 0.0
@@ -214,12 +224,14 @@ def detect(ctx: Context) -> Finding | None:
                    f"took {step_ms / before:.2f}x as long)" if inflated
                    else f"the {before:.1f} ms profiled step")
         what = ("the model's compute and the loop's own Python, without the GIL waits"
-                if held else "the model's compute")
+                if waits else "the model's compute")
         estimate = (f"estimate: after the fix a step is {what}, {compute:.1f} ms as "
                     f"traced{f' at {slowdown:.2f}x the speed' if slowdown > 1 else ''}: "
                     f"{after:.1f} ms against {against}")
         if held and not ctx.has_accelerator:
             estimate += _GIL_BOUND
+        if "python_function" in causes:
+            estimate += _PYTHON_BEATS
     evidence = []
     if exposed:
         evidence.append(f"{wait:.0%} of step time the training thread waits for the next batch "
