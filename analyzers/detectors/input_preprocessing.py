@@ -97,8 +97,8 @@ _GIL_BOUND = ("; an upper bound for worker processes on a host without an accele
 # (docs/trace-signals.md, "GIL waits").
 _PYTHON_BEATS = ("; TF ops in place of the Python can beat it: beside the pipeline's Python the "
                  "loop's own Python took 2.0x and the model's ops 1.4-1.6x as long as without it, "
-                 "for hand-overs of the GIL too short to trace (a from_generator job measured "
-                 "30x faster with TF ops, estimated 17-20x)")
+                 "for hand-overs of the GIL too short to trace (per-example NumPy in a generator: "
+                 "30x measured with TF ops, 17-20x estimated)")
 
 
 def _gil_note(gil: GilWaits) -> str:
