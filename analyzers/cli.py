@@ -34,11 +34,20 @@ def add_parser(subparsers) -> None:
     d = subparsers.add_parser(
         "diff",
         help="compare two profiled runs: breakdowns, findings resolved and new, speedup",
-        description="Compare run B against run A (e.g. before/after a fix).",
+        description="Compare run B against run A (e.g. before/after a fix). With one logdir, or "
+        "the same one twice, its two latest runs are compared (or those --run-before and "
+        "--run-after name, PyTorch cycles too: --run-before cycle:1).",
     )
     d.add_argument("before", type=Path, help="logdir or run folder A (before)")
-    d.add_argument("after", type=Path, help="logdir or run folder B (after)")
+    d.add_argument("after", type=Path, nargs="?",
+                   help="logdir or run folder B (after); default: the same logdir as A")
+    d.add_argument("--run-before", metavar="NAME",
+                   help="A's run, as analyze's --run (default: the latest, or in one logdir the "
+                   "latest other than B's)")
+    d.add_argument("--run-after", metavar="NAME",
+                   help="B's run, as analyze's --run (default: the latest)")
     d.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    d.add_argument("--output", "-o", type=Path, help="write the comparison here instead of stdout")
     d.set_defaults(_analyzers_fn=run_diff)
 
 
@@ -76,13 +85,40 @@ def run_diff(args: argparse.Namespace) -> int:
     from analyzers.diff import diff_reports, render_diff
     from analyzers.report import analyze
 
-    a, b = analyze(args.before), analyze(args.after)
+    before, after = args.before, args.after or args.before
+    run_a, run_b = args.run_before, args.run_after
+    if _same_path(before, after) and (run_a is None or run_b is None):
+        run_a, run_b = _two_runs(before, run_a, run_b)
+    a, b = analyze(before, run_a), analyze(after, run_b)
     if not a.steps_found or not b.steps_found:
-        which = args.before if not a.steps_found else args.after
+        which = (a if not a.steps_found else b).run.run_dir
         raise UserError(f"{which}: no steps found, nothing to compare")
     result = diff_reports(a, b)
     if args.format == "json":
-        print(json.dumps(result, indent=2))
+        text = json.dumps(result, indent=2) + "\n"
     else:
-        print(render_diff(result, markdown=args.format == "markdown"), end="")
+        text = render_diff(result, markdown=args.format == "markdown")
+    _emit(text, args.output)
     return 0
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
+
+
+def _two_runs(logdir: Path, run_a: str | None, run_b: str | None) -> tuple[str, str]:
+    """Both sides from one logdir: B the latest run unless named, A the latest other than B."""
+    from analyzers.ingest.logdir import find_runs
+
+    runs = [str(r) for r in find_runs(logdir)]
+    if run_b is None:
+        run_b = next((r for r in reversed(runs) if r != run_a), None)
+    if run_a is None:
+        run_a = next((r for r in reversed(runs) if r != run_b and Path(r).name != run_b), None)
+    if run_a is None or run_b is None:
+        raise UserError(f"{logdir}: one profile run, nothing to compare it with: give a second "
+                        "logdir, or --run-before and --run-after (PyTorch cycles: cycle:K)")
+    return run_a, run_b

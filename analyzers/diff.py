@@ -32,9 +32,11 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
     scaling = (round(speedup / (dev_b / dev_a), 3)
                if speedup and dev_a and dev_b and dev_a != dev_b else None)
     return {
-        "before": {"run": da["run"], "run_dir": da["run_dir"], "samples_per_s": sa,
+        "before": {"run": da["run"], "cycle": da["cycle"], "run_dir": da["run_dir"],
+                   "samples_per_s": sa,
                    "median_step_ms": ma, "mean_step_ms": da["steps"]["mean_ms"]},
-        "after": {"run": db["run"], "run_dir": db["run_dir"], "samples_per_s": sb,
+        "after": {"run": db["run"], "cycle": db["cycle"], "run_dir": db["run_dir"],
+                  "samples_per_s": sb,
                   "median_step_ms": mb, "mean_step_ms": db["steps"]["mean_ms"]},
         "speedup": round(speedup, 3) if speedup else None,
         "speedup_basis": basis,
@@ -80,11 +82,17 @@ def remaining_text(x: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _label(side: dict[str, Any]) -> str:
+    c = side.get("cycle")
+    return side["run"] if not c else f"{side['run']} (cycle {c['chosen']} of {c['count']})"
+
+
 def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
     out = []
     b, a = d["before"], d["after"]
     sp = f"{d['speedup']:.2f}x" if d["speedup"] else "n/a"
-    out.append(f"before: {b['run']}  after: {a['run']}  speedup {sp} ({d['speedup_basis']})")
+    out.append(f"before: {_label(b)}  after: {_label(a)}  speedup {sp} "
+               f"({d['speedup_basis']})")
     if d.get("scaling_efficiency") is not None:
         dv = d["devices"]
         out.append(f"devices {dv['before']} -> {dv['after']}: scaling efficiency "

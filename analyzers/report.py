@@ -104,6 +104,8 @@ class Report:
         return {
             "schema_version": SCHEMA_VERSION,
             "run": self.run.name,
+            "cycle": None if self.run.cycle is None else dict(
+                zip(("chosen", "count"), self.run.cycle, strict=True)),
             "run_dir": str(self.run.run_dir),
             "trace_files": [str(p) for p in self.run.trace_files],
             "hardware": {"accelerator": self.ctx.has_accelerator,

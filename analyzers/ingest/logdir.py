@@ -59,6 +59,8 @@ class RunData:
     machines: dict[str, str] = field(default_factory=dict)
     # The ranks of the PyTorch job the traces come from (`distributedInfo`), when recorded.
     world_size: int | None = None
+    # (chosen, count): the PyTorch profiling cycle read, from 1, of a folder holding several.
+    cycle: tuple[int, int] | None = None
 
 
 def _trace_files(folder: Path) -> list[Path]:
@@ -283,7 +285,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     data = RunData(name=run_dir.name if not target.is_file() else target.name, run_dir=run_dir,
                    events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files,
                    warnings=warnings, machines=machines,
-                   world_size=max(world_sizes, default=None))
+                   world_size=max(world_sizes, default=None),
+                   cycle=(chosen.chosen, chosen.count) if chosen.count > 1 else None)
     _attach_side_files(data, run_dir)
     return data
 

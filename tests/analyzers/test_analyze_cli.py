@@ -133,6 +133,58 @@ def test_diff_names_resolved_findings_and_speedup(tmp_path, capsys):
     assert {"id": "io_stall", "severity": "high"} in d["resolved"]
 
 
+def _runs_in_one_logdir(tmp_path: Path) -> Path:
+    """A logdir of three runs: a 100 ms step waiting 60 ms for storage, then 60 ms and 40 ms
+    steps without the wait."""
+    logdir = tmp_path / "ld"
+    for k, (wait_ms, step_ms) in enumerate([(60, 100), (0, 60), (0, 40)]):
+        b, _ = host_trace(tmp_path / f"b{k}", wait_ms=wait_ms, step_ms=step_ms)
+        b.write(logdir, run=f"2026_01_0{k + 1}_00_00_00")
+    return logdir
+
+
+def test_diff_of_one_logdir_compares_its_two_latest_runs(tmp_path, capsys):
+    logdir = _runs_in_one_logdir(tmp_path)
+
+    def diff(*args: str) -> dict:
+        assert main(["diff", *args, "--format", "json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return {"runs": (d["before"]["run"], d["after"]["run"]), "speedup": d["speedup"]}
+
+    assert diff(str(logdir)) == {"runs": ("2026_01_02_00_00_00", "2026_01_03_00_00_00"),
+                                 "speedup": pytest.approx(1.5, rel=0.01)}
+    assert diff(str(logdir), str(logdir)) == diff(str(logdir))
+    got = diff(str(logdir), "--run-before", "2026_01_01_00_00_00")
+    assert got == {"runs": ("2026_01_01_00_00_00", "2026_01_03_00_00_00"),
+                   "speedup": pytest.approx(2.5, rel=0.01)}
+    got = diff(str(logdir), "--run-after", "2026_01_02_00_00_00")
+    assert got["runs"] == ("2026_01_03_00_00_00", "2026_01_02_00_00_00")
+    got = diff(str(logdir), "--run-before", "2026_01_01_00_00_00",
+               "--run-after", "2026_01_02_00_00_00")
+    assert got["runs"] == ("2026_01_01_00_00_00", "2026_01_02_00_00_00")
+    # Two logdirs: each side's run is its own.
+    other = tmp_path / "other"
+    host_trace(other, wait_ms=0, step_ms=50)
+    got = diff(str(logdir), str(other), "--run-before", "2026_01_01_00_00_00")
+    assert got == {"runs": ("2026_01_01_00_00_00", "2026_01_01_00_00_00"),
+                   "speedup": pytest.approx(2.0, rel=0.01)}
+
+
+def test_diff_output_file_and_a_logdir_of_one_run(tmp_path, capsys):
+    logdir = _runs_in_one_logdir(tmp_path)
+    out = tmp_path / "diff.md"
+    assert main(["diff", str(logdir), "--format", "markdown", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    assert "2026_01_02_00_00_00" in out.read_text() and "1.50x" in out.read_text()
+    single = tmp_path / "single"
+    host_trace(single, wait_ms=60)
+    assert main(["diff", str(single)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "one profile run, nothing to compare" in err, err
+    assert main(["diff", str(logdir), "--run-before", "nope"]) == 2
+    assert "no run named 'nope'" in capsys.readouterr().err
+
+
 def test_diff_says_which_causes_of_a_remaining_finding_went(tmp_path, capsys):
     """Packing small files into larger ones leaves the per-example parsing: input_preprocessing
     remains, and the diff says which of its causes the change removed."""

@@ -96,6 +96,24 @@ def test_cli_run_cycle(tmp_path, capsys):
     assert "no profiling cycle 9" in err and len(err.splitlines()) == 1
 
 
+def test_diff_compares_two_cycles_of_one_folder(tmp_path, capsys):
+    import json
+
+    from recadvisor.cli import main
+
+    folder = _folder(tmp_path)
+    assert main(["diff", str(folder), "--run-before", "cycle:1", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["before"]["cycle"] == {"chosen": 1, "count": 3}
+    assert d["after"]["cycle"] == {"chosen": 3, "count": 3}
+    assert d["speedup"] and d["before"]["mean_step_ms"] != d["after"]["mean_step_ms"]
+    assert main(["diff", str(folder), "--run-before", "cycle:1", "--run-after", "cycle:2"]) == 0
+    assert "(cycle 1 of 3)  after: tb (cycle 2 of 3)" in capsys.readouterr().out
+    # One folder without cycle names has one run: nothing to compare.
+    assert main(["diff", str(folder)]) == 2
+    assert "one profile run" in capsys.readouterr().err
+
+
 def test_choose_cycles_keeps_other_names():
     names = ["w.1700000000000.pt.trace.json", "w.1700000005000.pt.trace.json",
              "v.1700000001000.pt.trace.json.gz", "rank0.json.gz", "host.trace.json.gz",
