@@ -9,7 +9,9 @@ check was skipped.
 Idle cores alone are not the finding: a pool never fills every core between ops, and cores may
 belong to other processes or lie outside the process's affinity and quota. The pools count as
 capped when fewer threads did the ops' work than the process may use CPUs, and the ops woke no
-more threads than that either (signals/core_use.py).
+more threads than that either, or when only TF's inter-op threads did it (the ops ran inline:
+an intra-op pool of one thread), and only where the large ops are mostly of the kinds a pool
+splits (matrix products, convolutions), not serial ones (signals/core_use.py).
 
 The estimate gives the idle cores to the large ops and nothing else: if they used C cores for a
 share f of the step and I more were free, f shrinks to f·C/(C + I). Perfect scaling over the
@@ -26,8 +28,11 @@ from analyzers.signals.core_use import LARGE_OP_NS, core_use
 from analyzers.signals.os_sampler import NO_SAMPLER
 
 ID = "idle_cores"
-# Less than this many idle cores is within what any job leaves between ops.
-MIN_IDLE_CORES = 0.5
+# Less than this many idle cores is within what any job leaves between ops: TF's own pools left
+# 0.07-0.24 of 2 cores idle in 17 captures of Keras MLPs and the reference trainer; one intra-op
+# and two inter-op threads left 0.47-0.49 (1.12-1.24x slower; docs/trace-signals.md, "Idle
+# cores").
+MIN_IDLE_CORES = 0.35
 
 
 def detect(ctx: Context) -> Finding | Skipped | None:
@@ -52,8 +57,10 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         f"it may use{limited}; the machine had {use.n_cpus - use.machine_cores:.2f} idle "
         f"({use.intervals} sampler intervals)",
         f"{len(use.workers)} thread(s) did that work ({workers}); {use.runnable_mean:.1f} of the "
-        f"process's threads runnable on average: its thread pools hold fewer threads than it "
-        f"has CPUs",
+        f"process's threads runnable on average: " + (
+            "only TF's inter-op threads (`tf_Compute`) ran the ops, no intra-op thread helped: "
+            "each op ran inline on one thread (an intra-op pool of one)" if use.inline else
+            "its thread pools hold fewer threads than it has CPUs"),
         f"estimate: those ops spread over {c + idle:.1f} cores instead of {c:.1f} (perfect "
         f"scaling, an upper bound)",
     ]

@@ -13,13 +13,14 @@ kernel_launch_overhead, eager_execution name that), and their time says nothing 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import is_device_plane
+from analyzers.events import cat_mask, is_device_plane
 from analyzers.signals.os_sampler import INPUT_PREFIXES, step_thread_roles, threads_in_steps
 from analyzers.steps import inside_merged, merge_intervals
 
@@ -48,6 +49,21 @@ WOKEN_RATIO = 2.0
 # ~45 sweeps and never outside the ops, would pass for woken ones (one of three `capped_pools`
 # runs of 20 steps counted 5).
 WOKEN_MIN_CPUS = 4
+# TF runs each op on a thread of its inter-op pool ("Compute": threads named `tf_Compute`), which
+# splits the op's work over the intra-op (Eigen) pool, whose threads keep the name of the thread
+# that made them (`python`, or the process's own). With an intra-op pool of one thread the work
+# runs inline on the `tf_Compute` thread: one intra-op and two inter-op threads on 2 CPUs kept
+# two `tf_Compute` threads busy at 1.41 cores (1.16x slower than TF's pools), where TF's own
+# pools ran two `python` threads at 1.78 (docs/trace-signals.md, "Idle cores").
+INTER_OP_THREAD = "tf_Compute"
+# Op types TF and PyTorch split over their intra-op pools whenever they are large: matrix
+# products and convolutions (Eigen, oneDNN, XLA's dots, aten's mm/addmm/linear). Large ops of
+# other types may be serial by nature (a scatter, a sort, a string op): one thread running them
+# says nothing of the pools.
+PARALLEL_OP = re.compile(r"(?i)matmul|conv|einsum|dot|\bmm\b|addmm|bmm|linear")
+# The pools are judged when at least this share of the large ops' time is in those types (the
+# reference trainer's XLA step: 45% dots, the rest scatters, gathers and copy fusions).
+MIN_PARALLEL_SHARE = 0.25
 
 
 @dataclass
@@ -62,6 +78,14 @@ class CoreUse:
     workers: list[tuple[int, str, float]]  # (tid, /proc name, share of those sweeps running) of
     # the busy threads (WORKER_SHARE, TOP_FRACTION) other than input producers, busiest first
     woken: int  # threads the large ops wake (WOKEN_SHARE, WOKEN_RATIO), input producers aside
+    parallel_share: float  # of the large ops' time, in op types an intra-op pool splits
+
+    @property
+    def inline(self) -> bool:
+        """Only TF's inter-op threads did the large ops' work: no intra-op thread helped, so the
+        ops ran inline (an intra-op pool of one thread)."""
+        return (self.usable_cpus >= 2 and bool(self.workers)
+                and all(name == INTER_OP_THREAD for _, name, _ in self.workers))
 
     @property
     def idle_cores(self) -> float:
@@ -77,8 +101,11 @@ class CoreUse:
         work hopped between threads: not a pool's size.) On a larger machine, a pool that spreads
         its ops thinly over many threads, each below the busy cut, still wakes at least half as
         many as the CPUs: not capped."""
-        return (1 <= len(self.workers) <= self.usable_cpus - 1
-                and (self.usable_cpus < WOKEN_MIN_CPUS or self.woken <= self.usable_cpus / 2))
+        if self.parallel_share < MIN_PARALLEL_SHARE:
+            return False
+        few = (1 <= len(self.workers) <= self.usable_cpus - 1
+               and (self.usable_cpus < WOKEN_MIN_CPUS or self.woken <= self.usable_cpus / 2))
+        return few or self.inline
 
 
 def core_use(ctx: Context) -> CoreUse | None:
@@ -99,10 +126,14 @@ def _core_use(ctx: Context) -> CoreUse | None:
     ops = ctx.in_steps(kinds=("host_op",), host=host,
                        line=lambda line: not str(line).startswith(INPUT_PREFIXES),
                        plane=lambda plane: not is_device_plane(plane),
-                       columns=("start_ns", "end_ns", "dur_ns"))
+                       columns=("start_ns", "end_ns", "dur_ns", "op_type"))
     large = ops["dur_ns"].to_numpy() >= LARGE_OP_NS
     if not large.any() or not ctx.total_step_ns:
         return None
+    big = ops[large]
+    parallel = cat_mask(big["op_type"], lambda t: PARALLEL_OP.search(str(t)) is not None)
+    dur = big["dur_ns"].to_numpy(np.int64)
+    parallel_share = float(dur[parallel].sum()) / float(dur.sum())
     ms, me = merge_intervals(ops["start_ns"].to_numpy(np.int64)[large],
                              ops["end_ns"].to_numpy(np.int64)[large], overwrite=True)
     op_share = float((me - ms).sum()) / ctx.total_step_ns
@@ -136,7 +167,7 @@ def _core_use(ctx: Context) -> CoreUse | None:
         machine_cores=machine_cores, usable_cpus=float(ctx.usable_cpus or n_cpus),
         n_cpus=int(n_cpus),
         runnable_mean=float(counts.mean()) if len(counts) else 0.0, workers=workers,
-        woken=woken)
+        woken=woken, parallel_share=parallel_share)
 
 
 def _thread_shares(ctx: Context, ms: np.ndarray, me: np.ndarray

@@ -34,8 +34,9 @@ MODE:
   32-example records read by a 4-way parallel interleave: 1,024 files of one record each
   (over-sharded: 8 files opened per step at batch 256), or 8 files of 128 records; no profiler
   calls: run it under `recadvisor capture`.
-- `pools_one` / `pools_default`: Keras fit of a 64-1024-1024-1 MLP on cached batches of
-  1,024, TF's intra- and inter-op pools set to one thread each, or left to TF; no profiler
+- `pools_one` / `pools_inline` / `pools_default`: Keras fit of a 64-1024-1024-1 MLP on cached
+  batches of 1,024, TF's intra- and inter-op pools set to one thread each, to one intra-op and
+  two inter-op threads, or left to TF; no profiler
   calls: run it under `recadvisor capture` (the sampler is what sees idle cores).
 - `cold_small_reads` / `cold_large_reads`: Keras fit on 544 MB of TFRecords (16 KB of payload
   per example) kept cold (the reference trainer's page-cache evictor: dropped from the cache,
@@ -763,12 +764,13 @@ elif mode in ("many_shards", "few_shards"):
     # the files' cost is their set-up work on the cores the model uses.
     fit_timed(mlp(64, 256), ds, timed=300, then=300, profile=False)
     shutil.rmtree(folder, ignore_errors=True)
-elif mode in ("pools_one", "pools_default"):
+elif mode in ("pools_one", "pools_inline", "pools_default"):
     # Thread pools capped at one thread each, as a job that sets them for determinism or
-    # inherits TF_NUM_INTRAOP_THREADS=1 has them, or left at 0 (TF sizes them to the CPUs).
-    if mode == "pools_one":
+    # inherits TF_NUM_INTRAOP_THREADS=1 has them; one intra-op thread and two inter-op ones (ops
+    # run inline, two at a time where the graph allows); or left at 0 (TF sizes them to the CPUs).
+    if mode != "pools_default":
         tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1 if mode == "pools_one" else 2)
     ds, model = dense_mlp(1024, 1024)
     # No profiler calls: run it under `recadvisor capture` (only the sampler sees the cores).
     fit_timed(model, ds, timed=60, then=10, profile=False)

@@ -33,10 +33,12 @@ def host_trace(
     per_step: Callable | None = None,
     host_name: str = "host",
     compute_line: int = 11,
+    compute_op: str = "MatMul",
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
-    then runs ops for `compute_ms` on a compute thread (`tf_Compute/<compute_line>`); tf.data
-    readers (interleave elements, each with a short TFRecord read) run concurrently."""
+    then runs 20 `compute_op` ops for `compute_ms` on a compute thread
+    (`tf_Compute/<compute_line>`); tf.data readers (interleave elements, each with a short
+    TFRecord read) run concurrently."""
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -56,7 +58,8 @@ def host_trace(
         main.event("EagerLocalExecute: __inference_train_step_42", c0, int(compute_ms * MS))
         n_ops = 20
         for k in range(n_ops):
-            comp.event(f"dense_{k}/MatMul:MatMul", c0 + int(k * compute_ms / n_ops * MS),
+            comp.event(f"dense_{k}/{compute_op}:{compute_op}",
+                       c0 + int(k * compute_ms / n_ops * MS),
                        int(compute_ms / n_ops * MS) - 1000)
         # Readers: `readers` interleave elements open for the whole step.
         for line in reader_lines[:readers]:
