@@ -152,6 +152,10 @@ class _Columns:
         self.aliases = stat_aliases(True)
         self.aliases.update(EXTRA_ALIASES)
         self.decoder = RunDecoder(list(self.aliases))
+        # column -> the args keys that fill it (`num_bytes`, `bytes_transferred`, `Bytes`, ...).
+        self.columns: dict[str, list[str]] = {}
+        for key, col in self.aliases.items():
+            self.columns.setdefault(col, []).append(key)
 
     def add(self, events: list[Event]) -> None:
         # Metadata, B/E pairs, instants and counters are few beside the complete events.
@@ -209,11 +213,13 @@ class _Columns:
         known = np.array([index.setdefault(u, len(index)) for u in uniq.tolist()],
                          dtype=np.int64)
         self.name_codes.append(known[codes])
-        for key, col in self.aliases.items():
-            values = self.decoder.column(args, key)
-            if values.count(None) == n:
-                continue
-            rows, values = _stat_values(values, col in TEXT_STATS)
+        for col, keys in self.columns.items():
+            parts = []
+            for key in keys:
+                values = self.decoder.column(args, key)
+                if values.count(None) < n:
+                    parts.append(_stat_values(values, col in TEXT_STATS))
+            rows, values = _one_per_row(parts)
             if len(rows):
                 got = self.stats.setdefault(col, ([], []))
                 got[0].append(rows + self.n)
@@ -302,6 +308,21 @@ def _stat_values(values: list, text: bool) -> tuple[np.ndarray, np.ndarray]:
     rows_a = np.array(rows, dtype=np.int64)
     real = out != -1
     return rows_a[real], out[real]
+
+
+def _one_per_row(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One column's (rows, values) from its keys' parts, in row order; where an event carries
+    several of the keys, the later key's value (in the alias table's order)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    rows = np.concatenate([r for r, _ in parts])
+    values = np.concatenate([v for _, v in parts])
+    # np.unique keeps each row's first occurrence: taken from the reversed arrays, its last.
+    _, first = np.unique(rows[::-1], return_index=True)
+    keep = len(rows) - 1 - first
+    return rows[keep], values[keep]
 
 
 def _whole(value: object) -> bool:

@@ -127,3 +127,20 @@ def test_runs_that_are_not_json_are_refused_by_both_parsers():
     got = decoder.decode('[{"ph": "X", "args": {"correlation": 4, "other": {"a": [1]}}}]')
     assert [decoder.column([e.args for e in got], "correlation")] == [[4]]
     assert decoder.args_dict(got[0].args) == {"correlation": 4}
+
+
+def test_one_stat_under_several_keys_is_one_value_per_event(tmp_path):
+    """`Bytes`, `bytes` and `num_bytes` all fill the bytes column: events carrying one of them,
+    in any mix within a run, and one carrying two, give one row each, in row order."""
+    events = [{"ph": "X", "name": f"copy{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+               "args": {key: 100 + i}} for i, key in enumerate(["Bytes", "bytes", "num_bytes",
+                                                                   "bytes", "Bytes"])]
+    events.append({"ph": "X", "name": "both", "pid": 1, "tid": 1, "ts": 9, "dur": 1,
+                   "args": {"num_bytes": 1, "Bytes": 2}})
+    path = tmp_path / "t.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got, _ = read_chrome_trace(path, "h")
+    rows = got.set_index("name")["bytes"]
+    assert [rows[f"copy{i}"] for i in range(5)] == [100, 101, 102, 103, 104]
+    # Both keys on one event: the later in the alias table (`Bytes`, one of PyTorch's).
+    assert rows["both"] == 2
