@@ -114,10 +114,15 @@ def _two_runs(logdir: Path, run_a: str | None, run_b: str | None) -> tuple[str, 
     from analyzers.ingest.logdir import find_runs
 
     runs = [str(r) for r in find_runs(logdir)]
+
+    def latest_but(other: str | None) -> str | None:
+        # A run is named by its folder's name or its path (select_run takes either).
+        return next((r for r in reversed(runs) if other not in (r, Path(r).name)), None)
+
     if run_b is None:
-        run_b = next((r for r in reversed(runs) if r != run_a), None)
+        run_b = latest_but(run_a)
     if run_a is None:
-        run_a = next((r for r in reversed(runs) if r != run_b and Path(r).name != run_b), None)
+        run_a = latest_but(run_b)
     if run_a is None or run_b is None:
         raise UserError(f"{logdir}: one profile run, nothing to compare it with: give a second "
                         "logdir, or --run-before and --run-after (PyTorch cycles: cycle:K)")

@@ -53,8 +53,8 @@ WOKEN_MIN_CPUS = 4
 # splits the op's work over the intra-op (Eigen) pool, whose threads keep the name of the thread
 # that made them (`python`, or the process's own). With an intra-op pool of one thread the work
 # runs inline on the `tf_Compute` thread: one intra-op and two inter-op threads on 2 CPUs kept
-# two `tf_Compute` threads busy at 1.41 cores (1.16x slower than TF's pools), where TF's own
-# pools ran two `python` threads at 1.78 (docs/trace-signals.md, "Idle cores").
+# two `tf_Compute` threads busy at 1.41-1.50 cores (1.12-1.24x slower than TF's pools), where
+# TF's own pools ran two `python` threads at 1.74-1.78 (docs/trace-signals.md, "Idle cores").
 INTER_OP_THREAD = "tf_Compute"
 # Op types TF and PyTorch split over their intra-op pools whenever they are large: matrix
 # products and convolutions (Eigen, oneDNN, XLA's dots, aten's mm/addmm/linear). Large ops of
@@ -62,7 +62,7 @@ INTER_OP_THREAD = "tf_Compute"
 # says nothing of the pools.
 PARALLEL_OP = re.compile(r"(?i)matmul|conv|einsum|dot|\bmm\b|addmm|bmm|linear")
 # The pools are judged when at least this share of the large ops' time is in those types (the
-# reference trainer's XLA step: 45% dots, the rest scatters, gathers and copy fusions).
+# reference trainer's XLA step: 40-51% dots, the rest scatters, gathers and copy fusions).
 MIN_PARALLEL_SHARE = 0.25
 
 
@@ -100,7 +100,9 @@ class CoreUse:
         its pools hold fewer threads than it has CPUs. (With no thread busy enough to count, the
         work hopped between threads: not a pool's size.) On a larger machine, a pool that spreads
         its ops thinly over many threads, each below the busy cut, still wakes at least half as
-        many as the CPUs: not capped."""
+        many as the CPUs: not capped. Only TF's inter-op threads at work (`inline`) is an
+        intra-op pool of one, however many they are. Neither is judged where the large ops are
+        mostly of kinds no pool splits (`parallel_share`)."""
         if self.parallel_share < MIN_PARALLEL_SHARE:
             return False
         few = (1 <= len(self.workers) <= self.usable_cpus - 1

@@ -159,6 +159,9 @@ def test_diff_of_one_logdir_compares_its_two_latest_runs(tmp_path, capsys):
                    "speedup": pytest.approx(2.5, rel=0.01)}
     got = diff(str(logdir), "--run-after", "2026_01_02_00_00_00")
     assert got["runs"] == ("2026_01_03_00_00_00", "2026_01_02_00_00_00")
+    # The latest named as A: B is the latest other run.
+    got = diff(str(logdir), "--run-before", "2026_01_03_00_00_00")
+    assert got["runs"] == ("2026_01_03_00_00_00", "2026_01_02_00_00_00")
     got = diff(str(logdir), "--run-before", "2026_01_01_00_00_00",
                "--run-after", "2026_01_02_00_00_00")
     assert got["runs"] == ("2026_01_01_00_00_00", "2026_01_02_00_00_00")
