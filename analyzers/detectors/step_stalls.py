@@ -19,7 +19,10 @@ iterator's warm-up and the first call's compilation land there). What the stall 
    or time no event covers grew (garbage collection and other Python work are not traced; with
    sampler data the main thread's states tell CPU work from a wait or file I/O);
 3. events typical steps do not have at all ran there (other periodic work, named);
-4. otherwise the same events ran longer: the trace cannot say why, so the finding stays `low`.
+4. otherwise the same events ran longer: the trace cannot say why. With sampler data, other
+   processes taking the machine's cores, or the cgroup's CPU quota running out, in the stalled
+   steps and not in the typical ones, is the cause (signals/cpu_competition.py); without either
+   the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x. A
 single stall whose work no event names (cause 2) is shown `low` too: one OS hiccup leaves the
@@ -53,6 +56,7 @@ from analyzers.detectors import (
 )
 from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.cpu_competition import CpuShare, cpu_share
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
 from analyzers.steps import (
@@ -98,6 +102,8 @@ _DISTRIBUTED_MAKING = re.compile(rf"^(EagerLocalExecute: GeneratorDataset|"
 # or predicts (Keras 3 names its test function multi_step_on_iterator, like its train function).
 _FUNCTION_CALL = re.compile(r"^(EagerLocalExecute: )?__inference_")
 _UNNAMED = frozenset({"input_wait", IDLE})
+# Causes the sampler names: a lone stall of theirs is a neighbour's burst as likely as a pattern.
+_TAKEN = frozenset({"contention", "throttled"})
 # Stalls at epochs' ends holding this share of the excess or more (most of it) are epoch-end
 # stalls.
 AT_ENDS_SHARE = 0.5
@@ -145,7 +151,25 @@ _REMEDIES = {
           "background thread.",
     "extra_work": "Some steps run work the others do not (the events below): do it less often, "
                   "asynchronously, or outside the training loop.",
+    "contention": "Other processes on the machine took the job's cores in those steps: run it "
+                  "where nothing else competes for them (a node or cpuset of its own; Kubernetes: "
+                  "a Guaranteed pod, CPU requests equal to limits, with the static CPU manager), "
+                  "or find what runs then (top or pidstat during training: other jobs, data "
+                  "loaders of another process, monitoring agents) and move or renice it.",
+    "throttled": "The cgroup's CPU quota (a container's CPU limit) ran out in those steps and "
+                 "stopped every thread of the job until the next 100 ms period: raise the limit "
+                 "(Kubernetes resources.limits.cpu, docker --cpus), or keep the job's bursts "
+                 "under it: TF's pools sized to the quota (TF_NUM_INTRAOP_THREADS, "
+                 "tf.config.threading) and fewer parallel calls in the input pipeline.",
 }
+# Other processes took this many more cores in the stalled steps than in the typical ones, the
+# machine left less than MAX_IDLE_CORES idle: they competed for the job's cores. The quota ran
+# out in at least MIN_THROTTLED of the stalled steps' periods, MIN_MORE_THROTTLED more than in
+# the typical steps': it stopped the job (docs/trace-signals.md, "Stalls the sampler explains").
+MIN_TAKEN_CORES = 0.5
+MAX_IDLE_CORES = 0.5
+MIN_THROTTLED = 0.5
+MIN_MORE_THROTTLED = 0.3
 # The main thread's sampler states in the stalled steps: this many samples say something, and
 # a state this common names what it did (periodic gc.collect(): R in 99% of 87 samples against
 # 22% in typical steps; time.sleep: S in 100%; docs/trace-signals.md, "Uneven steps").
@@ -170,7 +194,9 @@ _LABELS = {"checkpoint": "checkpoints", "summary": "summary writes",
            "graph_building": "tf.function tracing", "evaluation": "evaluation",
            "new_iterator": "the input iterator started over",
            "input_wait": "the input pipeline ran dry", IDLE: "untraced Python work",
-           "extra_work": "work only those steps do"}
+           "extra_work": "work only those steps do",
+           "contention": "other processes took the cores",
+           "throttled": "the CPU quota ran out"}
 _WHAT = {"extra_work": "work that typical steps do not have",
          "new_iterator": "a new input iterator made from Python, and the old one's teardown",
          "evaluation": "evaluation (test functions, or tf.functions that run no backward pass "
@@ -225,6 +251,9 @@ def detect(ctx: Context) -> Finding | None:
         # are not what stalls.
         named.pop("new_iterator", None)
     cause = _cause(named, by_category, excess)
+    taken = _taken(ctx, stalled, typical) if cause is None else None
+    if taken is not None:
+        cause = taken[0]
     states = _main_states(ctx, stalled, typical) if cause == IDLE else None
     ratios = dur[stalled] / median
     evidence = [
@@ -238,7 +267,7 @@ def detect(ctx: Context) -> Finding | None:
         "in those steps, beyond as many typical steps: " + ", ".join(
             f"{c} +{ms / 1e6:.1f} ms" for i, (c, ms) in enumerate(
                 sorted(grew.items(), key=lambda x: -x[1])) if i == 0 or ms >= 0.1 * excess),
-        _cause_line(ctx, cause, named, stalled, typical, states),
+        taken[1] if taken else _cause_line(ctx, cause, named, stalled, typical, states),
     ]
     # Beside a named cause only: without one, the remedy is that nothing explains the stalls.
     also = [c for c, _ in _CAUSES if cause in _REMEDIES and c != cause
@@ -255,7 +284,7 @@ def detect(ctx: Context) -> Finding | None:
     # One stall whose work no event names (untraced time, an input wait) is what one OS hiccup
     # leaves too (a CI run's `session_batched`: a step of 1.5 ms stretched to several): shown,
     # not ranked on one sample. New events (extra_work) are work a hiccup does not make.
-    lone = k == 1 and cause in _UNNAMED and not owner
+    lone = k == 1 and cause in _UNNAMED | _TAKEN and not owner
     if lone:
         evidence.append(f"one stall in {n} steps, and no event names its work: a recurring cost "
                         "and a one-off hiccup look the same in one sample; profile a longer "
@@ -342,6 +371,34 @@ def _main_states(ctx: Context, stalled: np.ndarray, typical: np.ndarray
         return "sleep", (running + f", sleeping in {share['S']:.0%}: a wait (a sleep, a lock, "
                          "a remote call), not a garbage collection"), share
     return "mixed", running, share
+
+
+def _taken(ctx: Context, stalled: np.ndarray, typical: np.ndarray) -> tuple[str, str] | None:
+    """("throttled" | "contention", the evidence line) when the sampler shows the quota running
+    out, or other processes taking the cores, in the stalled steps and not in the typical ones;
+    None otherwise or without sampler data there."""
+    got, base = cpu_share(ctx, stalled), cpu_share(ctx, typical)
+    if got is None or base is None or got.intervals < MIN_STATE_SAMPLES:
+        return None
+    usual = _cores_line(base)
+    line = (f"the sampler over the stalled steps ({got.intervals} intervals): "
+            f"{_cores_line(got)}; in typical steps {usual}")
+    if (got.throttled_share is not None and got.throttled_share >= MIN_THROTTLED
+            and got.throttled_share - (base.throttled_share or 0.0) >= MIN_MORE_THROTTLED):
+        return "throttled", (
+            f"{line}: the cgroup's CPU quota ran out in {got.throttled_share:.0%} of its periods "
+            f"then, against {base.throttled_share or 0.0:.0%} in typical steps")
+    if (got.others_cores - base.others_cores >= MIN_TAKEN_CORES
+            and got.idle_cores < MAX_IDLE_CORES):
+        return "contention", (f"{line}: other processes took "
+                              f"{got.others_cores - base.others_cores:.1f} more cores then, "
+                              "with the machine full")
+    return None
+
+
+def _cores_line(x: CpuShare) -> str:
+    return (f"the process {x.process_cores:.2f} cores, other processes {x.others_cores:.2f}, "
+            f"{x.idle_cores:.2f} idle")
 
 
 def _cause(named: dict[str, float], by_category: str, excess: float) -> str | None:

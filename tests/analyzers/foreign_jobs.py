@@ -38,6 +38,7 @@ MODE:
   batches of 1,024, TF's intra- and inter-op pools set to one thread each, to one intra-op and
   two inter-op threads, or left to TF; no profiler
   calls: run it under `recadvisor capture` (the sampler is what sees idle cores).
+- `steady`: the `pools_default` job as one fit() of 400 steps; no profiler calls.
 - `cold_small_reads` / `cold_large_reads`: Keras fit on 544 MB of TFRecords (16 KB of payload
   per example) kept cold (the reference trainer's page-cache evictor: dropped from the cache,
   readahead off), read by 16 readers with 4 KB buffers or by 4 with 256 KB buffers; no profiler
@@ -774,6 +775,11 @@ elif mode in ("pools_one", "pools_inline", "pools_default"):
     ds, model = dense_mlp(1024, 1024)
     # No profiler calls: run it under `recadvisor capture` (only the sampler sees the cores).
     fit_timed(model, ds, timed=60, then=10, profile=False)
+elif mode == "steady":
+    # The pools_default job in one fit() of 400 steps (no new iterator), no profiler calls: a
+    # window under `recadvisor capture` beside another workload (tests/analyzers/cpu_hog.py).
+    ds, model = dense_mlp(1024, 1024)
+    model.fit(ds, steps_per_epoch=400, epochs=1, verbose=0)
 elif mode in ("cold_small_reads", "cold_large_reads"):
     # Keras fit on 544 MB of records, 16 KB of payload per example (the rest of a log line),
     # read cold as from storage far larger than RAM: the reference trainer's evictor drops the

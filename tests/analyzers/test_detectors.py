@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -1626,6 +1627,60 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
     assert f.numbers["main_thread_states"][state] >= 0.85
     # Typical steps: the thread runs half the time.
     assert any("(typical steps: 50%)" in e for e in f.evidence), f.evidence
+
+
+def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None):
+    """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
+    longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
+    quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
+    gets 0.5 core while other processes take `others` cores, and the quota runs out in every
+    period that starts there when `throttled`."""
+    durations = _every(5, 100.0)
+
+    def longer(main, comp, t0, i, dur):
+        comp.event("dense/MatMul:MatMul", t0 + 9 * MS, int((dur - 10) * MS))
+    run = _uneven(tmp_path, durations, longer)
+    starts = np.cumsum([0.0] + durations[:-1])
+    t = np.arange(0.0, sum(durations), 5.0)
+    step = np.searchsorted(starts, t, side="right") - 1
+    stall = (np.asarray(durations)[step] > 15) & (t - starts[step] >= 10)
+    rows = pd.DataFrame({"t_ms": t, "tid": 100, "name": "python", "state": "R",
+                         "user_s": 0.0, "system_s": 0.0})
+    process = np.where(stall, 50.0, 100.0)
+    machine = (process + 100 * np.where(stall, others, 0.0)) / 2
+    columns = {"cpu_percent": process, "system_cpu_percent": np.minimum(machine, 100.0)}
+    if throttled is not None:
+        periods = (t // 100).astype("int64")
+        first = np.diff(periods, prepend=-1) > 0  # the sweep that sees a period begin
+        columns["cpu_periods"] = periods
+        columns["cpu_throttled_periods"] = np.cumsum(first & stall & throttled).astype("int64")
+    write_sampler(run, rows, n_cpus=2, cpu_quota=1.0 if throttled is not None else None,
+                  process_columns=columns)
+    return by_id(analyze(run))["step_stalls"]
+
+
+def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
+    f = _stalls_the_sampler_explains(tmp_path / "busy", others=1.5, throttled=None)
+    assert f.numbers["cause"] == "contention" and "other processes took the cores" in f.title
+    assert f.severity == "high" and "a node or cpuset of its own" in f.remedy
+    # 1.3 more cores: the stalls' first 10 ms, before the others start, count too.
+    assert any("other processes took 1.3 more cores then" in e for e in f.evidence), f.evidence
+    # The same stalls with the other core free: nothing took it, the trace cannot say why.
+    f = _stalls_the_sampler_explains(tmp_path / "idle", others=0.0, throttled=None)
+    assert f.numbers["cause"] is None and f.severity == "low"
+
+
+def test_stalls_while_the_quota_ran_out_are_throttling(tmp_path):
+    f = _stalls_the_sampler_explains(tmp_path / "quota", others=0.0, throttled=True)
+    assert f.numbers["cause"] == "throttled" and "the CPU quota ran out" in f.title
+    assert "raise the limit" in f.remedy
+    # 80%: the period that begins as the last stall ends (700 ms) falls in its last sampler
+    # interval, while the built counters throttle only periods begun inside a stall.
+    assert any("ran out in 80% of its periods then, against 0%" in e for e in f.evidence), (
+        f.evidence)
+    # A quota that never ran out.
+    f = _stalls_the_sampler_explains(tmp_path / "never", others=0.0, throttled=False)
+    assert f.numbers["cause"] is None
 
 
 @pytest.mark.parametrize(("every", "retracing"), [(5, False), (3, True)])

@@ -315,14 +315,16 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   cpu_percent: float = 100.0, read_mb_per_s: float = 0.0,
                   rchar_mb_per_s: float | None = None, host: str = "host",
                   machine_percent: float | None = None, affinity_cpus: int | None = None,
-                  cpu_quota: float | None = None, throttled: float = 0.0) -> None:
+                  cpu_quota: float | None = None, throttled: float = 0.0,
+                  process_columns: dict | None = None) -> None:
     """Sampler files of `host` in the layout of recadvisor/capture/layout.py; `threads` has
     t_ms, tid, name, state, user_s, system_s; the process reads `read_mb_per_s` from the device,
     and `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
     2026-11-24). The machine is busy `machine_percent` (100 = every core; the process's own
     `cpu_percent` alone when None). `affinity_cpus` and `cpu_quota` (cores) are the process's
     limits (no columns when both are None, as before 2026-11-29); with a quota, the group is
-    throttled in `throttled` of its 100 ms periods, stopped for half of each on every CPU."""
+    throttled in `throttled` of its 100 ms periods, stopped for half of each on every CPU.
+    `process_columns` replaces process-table columns with values per sweep (in time order)."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -347,6 +349,8 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
         process["cpu_throttled_s"] = (secs * throttled * 0.5 * n_cpus) if cpu_quota else -1.0
     if rchar_mb_per_s is not None:
         process["rchar_bytes"] = (secs * rchar_mb_per_s * 1e6).astype("int64")
+    for col, values in (process_columns or {}).items():
+        process[col] = values
     process.to_parquet(run_dir / f"{host}.process.parquet")
 
 
