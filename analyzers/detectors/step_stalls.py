@@ -47,6 +47,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.detectors import (
+    cpu_throttling,
     dstate_threads,
     duplicated_input,
     function_retracing,
@@ -281,6 +282,10 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(f"whole run, outside the profiler: mean step {meta['mean']:.1f} ms, "
                         f"median {meta['p50']:.1f} ms")
     owner = _owner(ctx, cause)
+    if cause == "throttled" and isinstance(run_detector(cpu_throttling, ctx), Finding):
+        evidence.append("cpu_throttling reports the quota over the whole window: its estimate "
+                        "(raising the limit) and this one (the stalls down to the median step) "
+                        "count some of the same time")
     # One stall whose work no event names (untraced time, an input wait) is what one OS hiccup
     # leaves too (a CI run's `session_batched`: a step of 1.5 ms stretched to several): shown,
     # not ranked on one sample. New events (extra_work) are work a hiccup does not make.

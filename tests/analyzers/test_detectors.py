@@ -1629,12 +1629,13 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
     assert any("(typical steps: 50%)" in e for e in f.evidence), f.evidence
 
 
-def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None):
+def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None,
+                                 busy_threads: int = 0):
     """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
     longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
     quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
     gets 0.5 core while other processes take `others` cores, and the quota runs out in every
-    period that starts there when `throttled`."""
+    period that starts there when `throttled`. `busy_threads` more threads are always runnable."""
     durations = _every(5, 100.0)
 
     def longer(main, comp, t0, i, dur):
@@ -1644,8 +1645,9 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
     t = np.arange(0.0, sum(durations), 5.0)
     step = np.searchsorted(starts, t, side="right") - 1
     stall = (np.asarray(durations)[step] > 15) & (t - starts[step] >= 10)
-    rows = pd.DataFrame({"t_ms": t, "tid": 100, "name": "python", "state": "R",
-                         "user_s": 0.0, "system_s": 0.0})
+    rows = pd.concat([pd.DataFrame({"t_ms": t, "tid": tid, "name": "python", "state": "R",
+                                    "user_s": 0.0, "system_s": 0.0})
+                      for tid in [100, *range(200, 200 + busy_threads)]], ignore_index=True)
     process = np.where(stall, 50.0, 100.0)
     machine = (process + 100 * np.where(stall, others, 0.0)) / 2
     columns = {"cpu_percent": process, "system_cpu_percent": np.minimum(machine, 100.0)}
@@ -1678,6 +1680,13 @@ def test_stalls_while_the_quota_ran_out_are_throttling(tmp_path):
     # interval, while the built counters throttle only periods begun inside a stall.
     assert any("ran out in 80% of its periods then, against 0%" in e for e in f.evidence), (
         f.evidence)
+    assert not any("cpu_throttling reports" in e for e in f.evidence)
+    # Two more threads always runnable against the 1-core quota: cpu_throttling reports it over
+    # the whole window, and the stalls say their estimates overlap.
+    f = _stalls_the_sampler_explains(tmp_path / "both", others=0.0, throttled=True,
+                                     busy_threads=2)
+    assert f.numbers["cause"] == "throttled"
+    assert any("cpu_throttling reports the quota" in e for e in f.evidence), f.evidence
     # A quota that never ran out.
     f = _stalls_the_sampler_explains(tmp_path / "never", others=0.0, throttled=False)
     assert f.numbers["cause"] is None
