@@ -21,7 +21,12 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import cat_mask, is_device_plane
-from analyzers.signals.os_sampler import INPUT_PREFIXES, step_thread_roles, threads_in_steps
+from analyzers.signals.os_sampler import (
+    INPUT_PREFIXES,
+    step_thread_roles,
+    sweep_intervals,
+    threads_in_steps,
+)
 from analyzers.steps import inside_merged, merge_intervals
 
 # A host op this long has work Eigen splits over the intra-op pool (its cost model shards
@@ -140,13 +145,8 @@ def _core_use(ctx: Context) -> CoreUse | None:
                              ops["end_ns"].to_numpy(np.int64)[large], overwrite=True)
     op_share = float((me - ms).sum()) / ctx.total_step_ns
 
-    p = proc.sort_values("t_ns")
-    t = p["t_ns"].to_numpy(np.int64)
-    gap = np.diff(t)
-    # An interval's CPU figures are over (t[i-1], t[i]]; it counts when its middle falls in a
-    # large op, and not when the sampler fell behind (a gap three times the usual).
-    ok = (gap > 0) & (gap <= 3 * np.median(gap)) if len(gap) else np.zeros(0, bool)
-    mid = t[:-1] + gap // 2
+    # An interval counts when its middle falls in a large op.
+    p, mid, ok = sweep_intervals(proc)
     use = ok & inside_merged(mid, ms, me)
     if use.sum() < MIN_INTERVALS:
         return None

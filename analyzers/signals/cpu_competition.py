@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.context import Context
+from analyzers.signals.os_sampler import sweep_intervals
 
 
 @dataclass
@@ -36,13 +37,8 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
             or not {"cpu_percent", "system_cpu_percent"} <= set(p)
             or ("pid" in p and p["pid"].nunique() > 1)):
         return None
-    p = p.sort_values("t_ns")
-    t = p["t_ns"].to_numpy(np.int64)
-    gap = np.diff(t)
-    # An interval's figures are over (t[i-1], t[i]]; one where the sampler fell behind (three
-    # times the usual gap) is left out, as in core_use.
-    ok = (gap > 0) & (gap <= 3 * np.median(gap))
-    row = ctx.steps.row_at(t[:-1] + gap // 2)
+    p, mid, ok = sweep_intervals(p)
+    row = ctx.steps.row_at(mid)
     use = ok & (row >= 0) & steps[np.maximum(row, 0)]
     if not use.any():
         return None

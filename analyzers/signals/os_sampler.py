@@ -264,6 +264,18 @@ def main_thread_states(ctx: Context, steps: np.ndarray) -> tuple[dict[str, float
     return {str(k): float(c) / len(states) for k, c in zip(names, counts, strict=True)}, len(states)
 
 
+def sweep_intervals(process: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The process table in time order, the middle (ns) of each interval between consecutive
+    sweeps, and whether the interval counts. An interval's CPU figures are those of its later
+    row (over (t[i-1], t[i]]: `p[col].to_numpy()[1:]`); one where the sampler fell behind (a gap
+    three times the usual) does not count."""
+    p = process.sort_values("t_ns")
+    t = p["t_ns"].to_numpy(np.int64)
+    gap = np.diff(t)
+    ok = (gap > 0) & (gap <= 3 * np.median(gap)) if len(gap) else np.zeros(0, bool)
+    return p, t[:-1] + gap // 2, ok
+
+
 def within_steps(df: pd.DataFrame, ctx: Context) -> pd.DataFrame:
     t = ctx.steps.table
     if t.empty:
