@@ -21,7 +21,8 @@ iterator's warm-up and the first call's compilation land there). What the stall 
 3. events typical steps do not have at all ran there (other periodic work, named);
 4. otherwise the same events ran longer: the trace cannot say why. With sampler data, other
    processes taking the machine's cores, or the cgroup's CPU quota running out, in the stalled
-   steps and not in the typical ones, is the cause (signals/cpu_competition.py); without either
+   steps and not in the typical ones, is the cause (signals/cpu_competition.py), here and for
+   untraced time (2), where a thread waiting for a core looks like Python work; without either
    the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x. A
@@ -252,7 +253,9 @@ def detect(ctx: Context) -> Finding | None:
         # are not what stalls.
         named.pop("new_iterator", None)
     cause = _cause(named, by_category, excess)
-    taken = _taken(ctx, stalled, typical) if cause is None else None
+    # Untraced time grows too when the step's Python thread waits for a core: the sampler's
+    # machine figures tell that from a garbage collection.
+    taken = _taken(ctx, stalled, typical) if cause in (None, IDLE) else None
     if taken is not None:
         cause = taken[0]
     states = _main_states(ctx, stalled, typical) if cause == IDLE else None

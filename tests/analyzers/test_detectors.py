@@ -1630,17 +1630,18 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
 
 
 def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None,
-                                 busy_threads: int = 0):
+                                 busy_threads: int = 0, untraced: bool = False):
     """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
     longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
     quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
     gets 0.5 core while other processes take `others` cores, and the quota runs out in every
-    period that starts there when `throttled`. `busy_threads` more threads are always runnable."""
+    period that starts there when `throttled`. `busy_threads` more threads are always runnable.
+    With `untraced` the long steps' time is not covered by any event (no longer matmul)."""
     durations = _every(5, 100.0)
 
     def longer(main, comp, t0, i, dur):
         comp.event("dense/MatMul:MatMul", t0 + 9 * MS, int((dur - 10) * MS))
-    run = _uneven(tmp_path, durations, longer)
+    run = _uneven(tmp_path, durations, None if untraced else longer)
     starts = np.cumsum([0.0] + durations[:-1])
     t = np.arange(0.0, sum(durations), 5.0)
     step = np.searchsorted(starts, t, side="right") - 1
@@ -1667,6 +1668,13 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     assert f.severity == "high" and "a node or cpuset of its own" in f.remedy
     # 1.3 more cores: the stalls' first 10 ms, before the others start, count too.
     assert any("other processes took 1.3 more cores then" in e for e in f.evidence), f.evidence
+    # Untraced time in the stalls: the Python thread waited for a core, not a collection.
+    f = _stalls_the_sampler_explains(tmp_path / "gap", others=1.5, throttled=None,
+                                     untraced=True)
+    assert f.numbers["cause"] == "contention", f.evidence
+    f = _stalls_the_sampler_explains(tmp_path / "gap_alone", others=0.0, throttled=None,
+                                     untraced=True)
+    assert f.numbers["cause"] == "python_other", f.evidence
     # The same stalls with the other core free: nothing took it, the trace cannot say why.
     f = _stalls_the_sampler_explains(tmp_path / "idle", others=0.0, throttled=None)
     assert f.numbers["cause"] is None and f.severity == "low"
