@@ -21,6 +21,7 @@ from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
 from analyzers.findings import SEVERITIES, Finding, Skipped
 from analyzers.ingest.logdir import RunData, load_run
+from analyzers.signals.cpu_competition import cpu_share
 
 SCHEMA_VERSION = 1
 # Traced against untraced median step time outside these bounds gets a warning: the profiler
@@ -33,6 +34,11 @@ PROFILER_FASTER = 0.8
 # 57 real Keras GPU logdirs of one step each, docs/trace-signals.md, "Input copies inside the
 # step").
 FEW_STEPS = 2
+# Other processes using this many cores on average over the steps, with fewer than
+# SHARED_IDLE_CORES idle, get a warning: the job shared its CPUs with them all along (a job alone
+# on 2 cores saw 0.08-0.14 used by others: the sampler, the capture process).
+SHARED_CORES = 0.5
+SHARED_IDLE_CORES = 0.5
 
 
 @dataclass
@@ -83,6 +89,23 @@ class Report:
                 "no step function; TF1: no Session.run through a server, RunGraph); profile "
                 "the workers"]
 
+    def machine_warnings(self) -> list[str]:
+        """Other processes sharing the machine's CPUs over the whole window (OS sampler): every
+        step time and share in the report includes that sharing (docs/trace-signals.md, "Stalls
+        the sampler explains")."""
+        ctx = self.ctx
+        if not ctx.steps.found:
+            return []
+        share = cpu_share(ctx, np.ones(ctx.n_steps, dtype=bool))
+        if (share is None or share.others_cores < SHARED_CORES
+                or share.idle_cores >= SHARED_IDLE_CORES):
+            return []
+        return [f"other processes on the machine used {share.others_cores:.1f} of its "
+                f"{ctx.n_cpus} cores over the steps, and {share.idle_cores:.1f} sat idle (the "
+                f"process {share.process_cores:.1f}): every step time here includes sharing "
+                "the CPUs with them (other jobs, another process's data loaders, agents); "
+                "profile the job where it runs alone to tell its own costs from theirs"]
+
     def window_warnings(self) -> list[str]:
         n = self.ctx.n_steps
         if not self.ctx.steps.found or n > FEW_STEPS:
@@ -129,7 +152,8 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "warnings": [*self.run.warnings, *self.profiler_warnings(),
-                         *self.window_warnings(), *self.role_warnings()],
+                         *self.window_warnings(), *self.role_warnings(),
+                         *self.machine_warnings()],
         }
 
 

@@ -270,3 +270,19 @@ def test_diff_counts_stalls_the_median_step_hides(tmp_path, capsys):
     assert d["before"]["median_step_ms"] == pytest.approx(d["after"]["median_step_ms"], rel=0.01)
     assert "mean step time" in d["speedup_basis"]
     assert {"id": "step_stalls", "severity": "high"} in d["resolved"]
+
+
+def test_a_machine_shared_all_along_is_a_warning(tmp_path):
+    """Other processes holding a core over the whole window (a job beside another, each slowed
+    evenly: no stall, nothing in the job to fix): the report says its times include them."""
+    from analyzers.report import analyze
+    from tests.analyzers.traces import sweeps, write_sampler
+
+    _, run = host_trace(tmp_path, wait_ms=0)
+    write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100,
+                  machine_percent=100)
+    [said] = [w for w in analyze(run).to_dict()["warnings"] if "other processes" in w]
+    assert "used 1.0 of its 2 cores over the steps, and 0.0 sat idle" in said
+    # Alone: the other core idle.
+    write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100)
+    assert not [w for w in analyze(run).to_dict()["warnings"] if "other processes" in w]
