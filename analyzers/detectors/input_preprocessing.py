@@ -39,6 +39,11 @@ ID = "input_preprocessing"
 # the sampler shows the model's ops slowed (by at least os_sampler.MIN_SLOWDOWN) for sharing the
 # cores.
 MIN_INPUT_OP_SHARE = 0.3
+# ... or a wait of at least this share of the step on a CPU-bound pipeline: a prefetched pipeline
+# reading and parsing prebatched records on the model's 2 cores (the clean preset, nothing left
+# to take away) leaves 1.9-2.1%, on the MIN_INPUT_WAIT edge, and read `medium` in 2 of 4 CI runs
+# on 2026-11-29 from its 1.18-1.27x contention alone.
+MIN_PRODUCER_WAIT = 0.05
 LOW_PARALLELISM_FIX = 4  # readers the remedy asks for, against the one a sequential pipeline has
 # A Keras PyDataset (or Sequence) reaches tf.data through Dataset.from_generator; with workers > 1
 # Keras fills its own queue and adds no tf.data prefetch. Worker threads ran 2.3-2.9x slower than
@@ -165,7 +170,7 @@ def detect(ctx: Context) -> Finding | None:
     # (the dstate_io preset's 32 readers, before its reads went cold, filled 55% of the CPUs x
     # step time, mostly in I/O).
     named_work = bool(set(causes) - RESHAPING_CAUSES) or op_share >= MIN_INPUT_OP_SHARE
-    producers = named_work or bool(exposed and cpu_bound)
+    producers = named_work or bool(exposed >= MIN_PRODUCER_WAIT and cpu_bound)
     # A busy CPU and no CPU cause in the map functions: when readers doing small cold reads fill
     # the cores with kernel work per request, the contention and the wait are dstate_threads'
     # (its estimate counts both; the fair-share slowdown here read 3.9x for I/O threads that run
