@@ -34,11 +34,10 @@ PROFILER_FASTER = 0.8
 # 57 real Keras GPU logdirs of one step each, docs/trace-signals.md, "Input copies inside the
 # step").
 FEW_STEPS = 2
-# Other processes using this many cores on average over the steps, with fewer than
-# SHARED_IDLE_CORES idle, get a warning: the job shared its CPUs with them all along (a job alone
-# on 2 cores saw 0.08-0.14 used by others: the sampler, the capture process).
+# Other processes using this many cores on average over the steps, the machine full
+# (CpuShare.full), get a warning: the job shared its CPUs with them all along (a job alone on 2
+# cores saw 0.08-0.14 used by others: the sampler, the capture process).
 SHARED_CORES = 0.5
-SHARED_IDLE_CORES = 0.5
 
 
 @dataclass
@@ -97,8 +96,7 @@ class Report:
         if not ctx.steps.found:
             return []
         share = cpu_share(ctx, np.ones(ctx.n_steps, dtype=bool))
-        if (share is None or share.others_cores < SHARED_CORES
-                or share.idle_cores >= SHARED_IDLE_CORES):
+        if share is None or share.others_cores < SHARED_CORES or not share.full:
             return []
         return [f"other processes on the machine used {share.others_cores:.1f} of its "
                 f"{ctx.n_cpus} cores over the steps, and {share.idle_cores:.1f} sat idle (the "

@@ -165,11 +165,10 @@ _REMEDIES = {
                  "tf.config.threading) and fewer parallel calls in the input pipeline.",
 }
 # Other processes took this many more cores in the stalled steps than in the typical ones, the
-# machine left less than MAX_IDLE_CORES idle: they competed for the job's cores. The quota ran
+# machine full (CpuShare.full): they competed for the job's cores. The quota ran
 # out in at least MIN_THROTTLED of the stalled steps' periods, MIN_MORE_THROTTLED more than in
 # the typical steps': it stopped the job (docs/trace-signals.md, "Stalls the sampler explains").
 MIN_TAKEN_CORES = 0.5
-MAX_IDLE_CORES = 0.5
 MIN_THROTTLED = 0.5
 MIN_MORE_THROTTLED = 0.3
 # The main thread's sampler states in the stalled steps: this many samples say something, and
@@ -396,8 +395,7 @@ def _taken(ctx: Context, stalled: np.ndarray, typical: np.ndarray) -> tuple[str,
         return "throttled", (
             f"{line}: the cgroup's CPU quota ran out in {got.throttled_share:.0%} of its periods "
             f"then, against {base.throttled_share or 0.0:.0%} in typical steps")
-    if (got.others_cores - base.others_cores >= MIN_TAKEN_CORES
-            and got.idle_cores < MAX_IDLE_CORES):
+    if got.others_cores - base.others_cores >= MIN_TAKEN_CORES and got.full:
         return "contention", (f"{line}: other processes took "
                               f"{got.others_cores - base.others_cores:.1f} more cores then, "
                               "with the machine full")

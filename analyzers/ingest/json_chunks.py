@@ -138,7 +138,7 @@ class TraceText:
             got = self._last(pos) if last else self._middle(pos)
             run, pos, closed = got or self._one_by_one(pos)
             if closed:
-                if len(run):
+                if run:
                     yield run
                 return pos
             pos = self._drop(pos)

@@ -17,6 +17,9 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.signals.os_sampler import sweep_intervals
 
+# Fewer idle cores than this on average: the machine was full (whoever held the cores).
+FULL_IDLE_CORES = 0.5
+
 
 @dataclass
 class CpuShare:
@@ -26,6 +29,10 @@ class CpuShare:
     idle_cores: float  # mean idle cores of the machine
     throttled_share: float | None  # of the quota's periods over them, the share it ran out in
     # (None without a quota or its counters)
+
+    @property
+    def full(self) -> bool:
+        return self.idle_cores < FULL_IDLE_CORES
 
 
 def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
