@@ -115,7 +115,12 @@ def _read(path: Path, host: str, warnings: list[str] | None) -> tuple[pd.DataFra
         xs = [e for e in records if e.get("ph") == "X"] + _begin_end_records(records)
         return _read_timeline(path, pd.DataFrame.from_records(xs, columns=RECORD_COLUMNS),
                               timeline)
-    return columns.table(host)
+    return columns.table(host, _base_ns(doc.members.get("baseTimeNanoseconds")))
+
+
+def _base_ns(value: object) -> int:
+    """Kineto's `baseTimeNanoseconds`: the unix time its timestamps count from (0: none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @contextlib.contextmanager
@@ -226,7 +231,7 @@ class _Columns:
                 got[1].append(values)
         self.n += n
 
-    def table(self, host: str) -> tuple[pd.DataFrame, int]:
+    def table(self, host: str, base_ns: int = 0) -> tuple[pd.DataFrame, int]:
         ts, dur = np.concatenate(self.ts), np.concatenate(self.dur)
         t0_us = ts.min()
         names = list(self.name_index)
@@ -256,8 +261,13 @@ class _Columns:
             dur_ns=np.round(dur * 1000).astype(np.int64),
             stats=stats,
         )
-        # Microsecond timestamps near "now" are unix time (PyTorch's are); others are relative.
-        t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
+        # Kineto since PyTorch ~2.0 counts from `baseTimeNanoseconds` (ranks' files line up on
+        # it: docs/trace-signals.md, "Clocks of several hosts"); before, its microseconds were
+        # unix time. Timestamps of other writers are relative.
+        if base_ns:
+            t0_ns = base_ns + int(round(t0_us * 1000))
+        else:
+            t0_ns = int(t0_us * 1000) if t0_us > 1e15 else 0
         return events, t0_ns
 
     def _places(self) -> tuple[list[str], list[str], np.ndarray]:
