@@ -23,6 +23,7 @@ from analyzers.events import (
     present_values,
 )
 from analyzers.ingest.logdir import RunData
+from analyzers.machines import one_machine
 from analyzers.scaling import metadata_device_count
 from analyzers.steps import Steps, clip_to_steps, covered_outside, step_breakdown
 
@@ -38,20 +39,6 @@ _CLIPPED = ("step_idx", "start_ns", "end_ns", "dur_ns")
 _KEY_TASKS = re.compile(r"^/job:([^/;]+)/replica:\d+/task:(\d+)/[^;]*;[^;]*;"
                         r"/job:([^/;]+)/replica:\d+/task:(\d+)/")
 PS_JOB = "ps"
-# TF's remote capture names each worker's file `<host>_<port>` (docs/trace-signals.md).
-_WORKER_PORT = re.compile(r"^(.+)_(\d{4,5})$")
-
-
-def one_machine(hosts: list[str], recorded: dict[str, str] | None = None) -> str | None:
-    """The machine all traced processes run on, when their traces say so: the machine a trace
-    records (`recorded`, PyTorch's `host_name`), else one named by the file (`<host>_<port>`)."""
-    recorded = recorded or {}
-    found = [recorded.get(h) or (m.group(1) if (m := _WORKER_PORT.match(h)) else None)
-             for h in hosts]
-    if len(hosts) > 1 and all(found) and len(set(found)) == 1:
-        return found[0]
-    return None
-
 # Context._placement codes for events not held whole by one step.
 OUTSIDE, CROSSES = -1, -2
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.events import empty_events
+from analyzers.host_clocks import describe, read_offsets, shift_hosts
 from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
 from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
@@ -28,6 +29,7 @@ from analyzers.ingest.xplane import (
     read_gzipped_xplane,
     read_xplane,
 )
+from analyzers.machines import one_machine
 from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
 from recadvisor.capture.metadata import METADATA_FILE
 
@@ -61,6 +63,9 @@ class RunData:
     world_size: int | None = None
     # (chosen, count): the PyTorch profiling cycle read, from 1, of a folder holding several.
     cycle: tuple[int, int] | None = None
+    # host -> ns added to its times (and its sampler's) to put them on the reference host's
+    # clock, for hosts whose clocks disagree (analyzers/host_clocks.py).
+    clock_offsets: dict[str, int] = field(default_factory=dict)
 
 
 def _trace_files(folder: Path) -> list[Path]:
@@ -281,12 +286,24 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             events = events.assign(start_ns=events["start_ns"] + (t_host - t0))
         frames.append(events)
     events = _concat(frames)
+    offsets = {}
+    distinct = list(dict.fromkeys(hosts))
+    # Processes of one machine that all record its wall clock share it: nothing to line up.
+    shared = all(t for _, t in parts) and one_machine(distinct, machines) is not None
+    if len(distinct) > 1 and not shared:
+        clocked = {h for h, (_, t) in zip(hosts, parts, strict=True) if t}
+        reference, found = read_offsets(events, distinct, clocked)
+        if found:
+            events = shift_hosts(events, found)
+            offsets = {o.host: o.offset_ns for o in found if o.taken}
+            warnings.append(describe(found, reference))
     events.attrs["t0_unix_ns"] = t0
     data = RunData(name=run_dir.name if not target.is_file() else target.name, run_dir=run_dir,
                    events=events, t0_unix_ns=t0, hosts=hosts, trace_files=files,
                    warnings=warnings, machines=machines,
                    world_size=max(world_sizes, default=None),
-                   cycle=(chosen.chosen, chosen.count) if chosen.count > 1 else None)
+                   cycle=(chosen.chosen, chosen.count) if chosen.count > 1 else None,
+                   clock_offsets=offsets)
     _attach_side_files(data, run_dir)
     return data
 
@@ -329,19 +346,25 @@ def _attach_side_files(data: RunData, run_dir: Path) -> None:
         return
     try:
         if threads:
-            data.threads = _sampled(threads, THREADS_SUFFIX, THREAD_COLUMNS, data.t0_unix_ns)
+            data.threads = _sampled(threads, THREADS_SUFFIX, THREAD_COLUMNS, data.t0_unix_ns,
+                                    data.clock_offsets)
         if process:
-            data.process = _sampled(process, PROCESS_SUFFIX, PROCESS_COLUMNS, data.t0_unix_ns)
+            data.process = _sampled(process, PROCESS_SUFFIX, PROCESS_COLUMNS, data.t0_unix_ns,
+                                    data.clock_offsets)
     except ValueError as e:
         data.warnings.append(str(e))
 
 
 def _sampled(files: list[Path], suffix: str, required: tuple[str, ...],
-             t0_unix_ns: int) -> pd.DataFrame:
+             t0_unix_ns: int, offsets: dict[str, int]) -> pd.DataFrame:
     """One kind of sampler file of every host, with the `host` each came from (its file name):
-    machines' thread and process ids repeat (docs/trace-signals.md, "Several hosts")."""
+    machines' thread and process ids repeat (docs/trace-signals.md, "Several hosts"). A
+    sampler is on its machine's clock: it moves with that host's trace."""
     frames = [read_sampler_file(p, required, t0_unix_ns) for p in files]
     hosts = [p.name[: -len(suffix)] for p in files]
+    for frame, host in zip(frames, hosts, strict=True):
+        if host in offsets:
+            frame["t_ns"] += offsets[host]
     out = pd.concat(frames, ignore_index=True)
     out["host"] = pd.Categorical(np.repeat(hosts, [len(f) for f in frames]))
     return out

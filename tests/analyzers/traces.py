@@ -34,12 +34,15 @@ def host_trace(
     host_name: str = "host",
     compute_line: int = 11,
     compute_op: str = "MatMul",
+    clock_ns: int = 0,
+    first_step: int = 0,
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
     then runs 20 `compute_op` ops for `compute_ms` on a compute thread
     (`tf_Compute/<compute_line>`); tf.data readers (interleave elements, each with a short
-    TFRecord read) run concurrently."""
-    b = XSpaceBuilder()
+    TFRecord read) run concurrently. `clock_ns`: the host's clock that far ahead of the others';
+    `first_step`: the number its first step marker carries."""
+    b = XSpaceBuilder(DEFAULT_PROFILE_START_NS + clock_ns)
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
     comp = host.line(f"tf_Compute/{compute_line}", line_id=compute_line)
@@ -50,7 +53,7 @@ def host_trace(
     element = 0
     for i in range(steps):
         t0 = int(i * step_ms * MS)
-        main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
+        main.event("train", t0, int(step_ms * MS) - 1000, step_num=first_step + i, _r=1)
         if wait_ms:
             main.event("IteratorGetNextOp::DoCompute", t0 + MS // 2, int(wait_ms * MS))
             main.event(pipeline.split("::BatchV2")[0], t0 + MS // 2, int(wait_ms * MS))
