@@ -8,11 +8,11 @@ time (`straggler_worker`'s waits, `collective_overhead`'s peer waits, the step w
 from the earliest worker's start to the latest one's end) then reads the skew as work or waiting.
 
 A synchronous collective (an all-reduce, all-gather, all-to-all) returns on every participant
-when the last one's data has arrived: its end is one moment on all of them, whoever joined late.
-So per step (numbered alike on every worker by its step markers) the end of the last collective
-each host runs in that step is one instant, and the median over steps of the difference between
-a host's and the reference host's is its clock's offset (docs/trace-signals.md, "Clocks of
-several hosts").
+when the last one's data has arrived: its end is one instant on all of them, recorded late where
+a thread is descheduled as it returns, never early. And nobody leaves it before the last one has
+joined. Per step (numbered alike on every worker by its step markers), the differences between
+two hosts' last collective ends that agree give the offset; the starts and ends bound it from
+both sides (docs/trace-signals.md, "Clocks of several hosts").
 """
 
 from __future__ import annotations
