@@ -134,7 +134,9 @@ class Report:
                          "hosts": self.ctx.n_hosts, "host_roles": self.ctx.host_roles,
                          "world_size": self.run.world_size,
                          "devices": self.ctx.n_devices,
-                         "cpus": self.ctx.n_cpus},
+                         "cpus": self.ctx.n_cpus,
+                         "clock_offsets_ms": {h: round(ns / 1e6, 3)
+                                              for h, ns in self.run.clock_offsets.items()}},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
                       "median_ms": round(steps.median_step_ns() / 1e6, 3),
                       "mean_ms": round(steps.mean_step_ns() / 1e6, 3),

@@ -47,6 +47,8 @@ def test_a_clock_ahead_or_behind_is_lined_up(tmp_path, skew_ms):
     skewed = analyze(_pair(tmp_path / "skewed", skew_ms * MS))
     assert plain.run.clock_offsets == {}
     assert skewed.run.clock_offsets == {"worker_b": -skew_ms * MS}
+    assert skewed.to_dict()["hardware"]["clock_offsets_ms"] == {"worker_b": -skew_ms}
+    assert plain.to_dict()["hardware"]["clock_offsets_ms"] == {}
     assert any(f"worker_b moved {-skew_ms:+.2f} ms (6 of 6 steps' last collective ends agree "
                "within 0 µs)" in w for w in skewed.run.warnings)
     assert skewed.ctx.steps.median_step_ns() == plain.ctx.steps.median_step_ns() == 100 * MS
