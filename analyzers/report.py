@@ -11,6 +11,7 @@ JSON schema (version 1; documented in docs/analyze-json.md):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,8 +285,19 @@ def render_text(report: Report, markdown: bool = False) -> str:
 _NAME_WIDTH = 60
 
 
+# A kernel signature's trailing parameter list, from a `(` that follows a `>` or a name.
+_KERNEL_PARAMS = re.compile(r"(?<=[>\w])\((?:[^()]|\([^()]*\))*\)$")
+_NAMESPACES = re.compile(r"\b(?:\w+::)+")
+
+
 def _top_event(t: dict) -> str:
     name = t["name"]
+    if len(name) > _NAME_WIDTH and ("<" in name or name.endswith(")")):
+        # A CUDA kernel's name is a C++ signature whose template arguments say what it computes
+        # (`AddFunctor<float>`); its return type, namespaces and parameter list (`(int, float*,
+        # float const*)`) only fill the width.
+        short = _NAMESPACES.sub("", _KERNEL_PARAMS.sub("", name).removeprefix("void "))
+        name = short or name
     if len(name) > _NAME_WIDTH:
         # The end of a TF op name is the op and its type (`scope/dense_1/Relu:_MklFusedMatMul`),
         # of a tf.data event its innermost stage: the beginning is the shared scope.

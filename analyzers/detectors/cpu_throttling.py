@@ -40,7 +40,7 @@ _HOST_SIDE = ("host_compute", "framework", "python_other", "convert", "launch", 
 
 def detect(ctx: Context) -> Finding | Skipped | None:
     if ctx.sampler_threads is None or ctx.sampler_threads.empty:
-        return Skipped(ID, f"{NO_SAMPLER}: a CPU quota's throttling is not in the TF trace")
+        return Skipped(ID, f"{NO_SAMPLER}: a CPU quota's throttling is not in a profiler trace")
     t = throttling(ctx)
     if (t is None or t.periods < MIN_PERIODS or t.period_share < MIN_PERIOD_SHARE
             or t.demand - t.quota < MIN_EXCESS_DEMAND):

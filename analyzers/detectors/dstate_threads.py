@@ -39,7 +39,7 @@ SMALL_READ_MS_PER_MB = 1.0
 def detect(ctx: Context) -> Finding | Skipped | None:
     s = summarize(ctx)
     if s is None:
-        return Skipped(ID, f"{NO_SAMPLER}: thread states are not in the TF trace")
+        return Skipped(ID, f"{NO_SAMPLER}: thread states are not in a profiler trace")
     if s.d_state_share < MIN_D_SHARE and s.mean_d_threads < MIN_MEAN_D:
         return None
     io = io_threads(ctx)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.report import analyze
+from analyzers.report import analyze, render_text
 
 DATA = Path(__file__).parent / "data"
 
@@ -194,6 +194,17 @@ def test_recorded_kineto_2021_dataloader_traces(tmp_path):
     assert abs(f.speedup / measured - 1) <= 0.25, f.speedup
     fed = report("resnet50_num_workers_4")
     assert fed.ctx.fractions.get("input_wait", 0.0) < 0.02
+    # Launches: the top events are the small kernels fusion would remove (2,485 elementwise adds
+    # of 3 µs), not the convolutions that hold most of the time (80 ms in 162 kernels), and the
+    # text shows what a kernel computes, without its namespaces and parameter types.
+    launch = {f.id: f for f in fed.findings}["kernel_launch_overhead"]
+    top = launch.top_events[0]
+    assert "AddFunctor<float>" in top["name"] and top["count"] == 2485
+    assert top["name"].startswith("void at::native::")  # JSON keeps the name whole
+    line = next(x for x in render_text(fed).splitlines() if "top events" in x and "Add" in x)
+    assert "top events: …_elementwise_kernel<4, AddFunctor<float>, Array<char*, 3> > 4.773 ms" \
+        in line
+    assert "65% of them under 20 µs" in launch.evidence[0]
     assert fed.ctx.steps.median_step_ns() / 1e6 == pytest.approx(126.6, abs=0.1)
     assert "input_preprocessing" not in {f.id for f in fed.findings}
 
