@@ -5,6 +5,7 @@ JSON schema (version 1; documented in docs/analyze-json.md):
  steps{found, source, count, median_ms, untraced_median_ms}, breakdown{<category>: fraction},
  samples_per_s, sampler, findings[{id, title, severity, impact{step_fraction, estimated_speedup},
  evidence{summary, numbers, top_events, time_ranges_ms}, remedy{text, config_changes, command}}],
+ after_top_fix{fixed, speedup, faster_cpu, findings[{id, share, speedup, severity}]} | null,
  skipped[{id, reason}], warnings[]}
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from analyzers.after_fix import after_top_fix
+from analyzers.after_fix import describe as describe_after_fix
 from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
 from analyzers.findings import SEVERITIES, Finding, Skipped
@@ -151,6 +154,8 @@ class Report:
             "samples_per_s": meta.get("samples_per_s"),
             "sampler": self.ctx.sampler_threads is not None,
             "findings": [f.to_dict() for f in self.findings],
+            "after_top_fix": None if (after := after_top_fix(self.findings)) is None
+            else after.to_dict(),
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "warnings": [*self.run.warnings, *self.profiler_warnings(),
                          *self.window_warnings(), *self.role_warnings(),
@@ -275,6 +280,10 @@ def render_text(report: Report, markdown: bool = False) -> str:
         out.append(f"  remedy: {f.remedy}")
         if f.fix_command:
             out.append(f"  fix: {('`' + f.fix_command + '`') if markdown else f.fix_command}")
+        out.append("")
+    after = after_top_fix(report.findings)
+    if after is not None:
+        out.append(("**next:** " if markdown else "next: ") + describe_after_fix(after))
         out.append("")
     for s in report.skipped:
         out.append(f"not checked: {s.id}: {s.reason}")
