@@ -28,7 +28,7 @@ FAMILIES = {
                  "function_retracing"),
     "exchange": ("collective_overhead", "straggler_worker", "parameter_server_wait"),
     "host_in_step": ("serialized_h2d", "exposed_input_copy", "host_device_pingpong",
-                     "embeddings_on_host", "preprocessing_in_step", "dense_embedding_update"),
+                     "embeddings_on_host", "preprocessing_in_step"),
 }
 # Below this share of the step left, a finding is not worth a line.
 MIN_SHARE = 0.005
@@ -71,7 +71,7 @@ def after_top_fix(findings: list[Finding]) -> AfterFix | None:
     if len(findings) < 2:
         return None
     top = max(findings, key=lambda f: f.speedup)
-    if top.speedup < MEDIUM_SPEEDUP or top.id in WHOLE_CPU:
+    if top.speedup < MEDIUM_SPEEDUP or top.severity == "low" or top.id in WHOLE_CPU:
         return None
     faster = float(top.numbers.get("contention_slowdown") or 1.0)
     grow = top.speedup / max(faster, 1.0)

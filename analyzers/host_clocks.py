@@ -139,9 +139,9 @@ def host_offset(both: pd.DataFrame, host: str) -> HostOffset | None:
             return None
         return HostOffset(host, offset, len(group), len(diff), int(group.max() - group.min()),
                           (lo, hi), bound=False)
-    if lo <= 0 <= hi:
+    offset = lo if lo > 0 else hi if hi < 0 else 0
+    if abs(offset) < MIN_OFFSET_NS:  # every step possible, or nearly: nothing to move
         return None
-    offset = lo if lo > 0 else hi
     return HostOffset(host, offset, 0, len(diff), 0, (lo, hi), bound=True)
 
 

@@ -96,6 +96,9 @@ def test_ends_that_disagree_give_the_least_move_that_makes_every_step_possible()
     # On one clock (the same steps 5 ms earlier) every step is possible and nothing moves.
     same = [(s - 5, e - 5) for s, e in other]
     assert host_offset(_bounds(ref, same), "b") is None
+    # Impossible by 0.1 ms only: within how a start or an end is recorded, nothing moves.
+    near = [(s - 3.3, e - 3.3) for s, e in other]
+    assert host_offset(_bounds(ref, near), "b") is None
 
 
 def test_the_agreeing_steps_are_the_offset():
