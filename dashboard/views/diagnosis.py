@@ -70,6 +70,14 @@ for f in view.findings:
         if tops:
             with st.expander("events behind it"):
                 st.dataframe(pd.DataFrame(tops), hide_index=True, width="stretch")
+after = d.get("after_top_fix")  # reports cached before the key existed lack it
+if after:
+    faster = (f", the model's ops {after['faster_cpu']:.2f}x faster without the input threads "
+              "beside them" if after["faster_cpu"] > 1 else "")
+    st.info(f"**Next**, once `{after['fixed']}` is fixed (the step {after['speedup']:.2f}x "
+            f"shorter{faster}): " + "; ".join(
+                f"`{p['id']}` {p['share']:.0%} of the step ({p['speedup']:.2f}x, "
+                f"{p['severity']})" for p in after["findings"]))
 for s in d["skipped"]:
     st.caption(f"not checked: `{s['id']}`: {s['reason']}")
 

@@ -358,3 +358,16 @@ def test_diagnosis_names_the_steps_it_left_out(monkeypatch, tmp_path):
     _no_exceptions(at)
     assert "Left out of every share and estimate: step 0 (400.0 ms" in _text(at)
     assert "tracing and compilation ran in it" in _text(at)
+
+
+def test_diagnosis_says_what_comes_next(monkeypatch, tmp_path):
+    """A step waiting 60 ms for per-example parsing with 20 ms of Python around the call: the
+    overhead is medium now, high once the input keeps up (analyzers/after_fix.py)."""
+    from tests.analyzers.traces import host_trace
+
+    _, run = host_trace(tmp_path / "logdir", steps=6, wait_ms=60, compute_ms=20, parse_ops=40,
+                        parse_op_ms=0.5)
+    at = _app(monkeypatch, tmp_path, "diagnosis", run=str(run.relative_to(tmp_path)))
+    _no_exceptions(at)
+    assert ("**Next**, once `input_preprocessing` is fixed (the step 2.50x shorter): "
+            "`per_step_overhead` 50% of the step (1.60x, high)") in _text(at)
