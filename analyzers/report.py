@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.after_fix import after_top_fix
+from analyzers.after_fix import AfterFix, after_top_fix
 from analyzers.after_fix import describe as describe_after_fix
 from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
@@ -54,6 +54,11 @@ class Report:
     @property
     def steps_found(self) -> bool:
         return self.ctx.steps.found
+
+    @property
+    def after_fix(self) -> AfterFix | None:
+        """The other findings in the step left once the largest is fixed (after_fix.py)."""
+        return after_top_fix(self.findings)
 
     def worst_severity(self) -> str | None:
         for sev in SEVERITIES:
@@ -154,8 +159,7 @@ class Report:
             "samples_per_s": meta.get("samples_per_s"),
             "sampler": self.ctx.sampler_threads is not None,
             "findings": [f.to_dict() for f in self.findings],
-            "after_top_fix": None if (after := after_top_fix(self.findings)) is None
-            else after.to_dict(),
+            "after_top_fix": None if (after := self.after_fix) is None else after.to_dict(),
             "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
             "warnings": [*self.run.warnings, *self.profiler_warnings(),
                          *self.window_warnings(), *self.role_warnings(),
@@ -281,7 +285,7 @@ def render_text(report: Report, markdown: bool = False) -> str:
         if f.fix_command:
             out.append(f"  fix: {('`' + f.fix_command + '`') if markdown else f.fix_command}")
         out.append("")
-    after = after_top_fix(report.findings)
+    after = report.after_fix
     if after is not None:
         out.append(("**next:** " if markdown else "next: ") + describe_after_fix(after))
         out.append("")
