@@ -5,13 +5,13 @@ that is left once the input keeps up: problems are masked by the one upstream of
 000: "Solving one problem surfaced another"). Each finding's share and estimate are of the step
 as traced; this projects them onto the step after the top finding's fix.
 
-The other finding's time is taken as unchanged in absolute terms, so its share grows by the top
-fix's speedup, except where that fix also gives the model's work the cores it shared with the
-input producers (`input_preprocessing`'s contention slowdown): work on the same cores then runs
-that much faster too (docs/trace-signals.md, "Input producers slow the model's ops"). Findings
-read from the same time as the top one (an input stall beside the input pipeline's finding) are
-not projected, nor are those whose fix speeds up all of the step's CPU work alike (a CPU quota,
-idle cores): their share stays what it is, and so does the top fix's effect on them.
+After an input fix, the step is the rest of the step: the wait goes (all of it, or what the
+fix's estimate hides), the other categories keep their proportions, and the cores the input
+threads took come back to all of them alike. After another fix, a finding's time is taken as
+unchanged, so its share grows by that fix's speedup. Findings read from the same time as the top
+one (an input stall beside the input pipeline's finding) are not projected, nor are those whose
+fix speeds up all of the step's CPU work alike (a CPU quota, idle cores) (docs/trace-signals.md,
+"What comes next").
 """
 
 from __future__ import annotations
@@ -30,8 +30,13 @@ FAMILIES = {
     "host_in_step": ("serialized_h2d", "exposed_input_copy", "host_device_pingpong",
                      "embeddings_on_host", "preprocessing_in_step"),
 }
+# What an input family's fix removes from the step breakdown: the waits for the next batch, and
+# for the GIL a pipeline's Python holds (docs/trace-signals.md, "GIL waits").
+INPUT_TIME = ("input_wait", "gil_wait")
 # Below this share of the step left, a finding is not worth a line.
 MIN_SHARE = 0.005
+# Categories of the projected breakdown shown in the text from this share.
+MIN_BREAKDOWN_SHARE = 0.01
 # Findings whose fix speeds up the step's CPU work as a whole.
 WHOLE_CPU = ("cpu_throttling", "idle_cores")
 _FAMILY_OF = {fid: family for family, ids in FAMILIES.items() for fid in ids}
@@ -52,29 +57,43 @@ class AfterFix:
     speedup: float  # the top fix's estimate
     faster_cpu: float  # how much faster the remaining CPU work runs (1.0: no change)
     findings: list[Projected]
+    # The step breakdown then, when the fix takes a known category away (the input's).
+    breakdown: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
         return {"fixed": self.fixed, "speedup": round(self.speedup, 3),
                 "faster_cpu": round(self.faster_cpu, 3),
                 "findings": [{"id": p.id, "share": round(p.share, 4),
                               "speedup": round(p.speedup, 3), "severity": p.severity}
-                             for p in self.findings]}
+                             for p in self.findings],
+                "breakdown": None if self.breakdown is None else {
+                    k: round(v, 4) for k, v in self.breakdown.items()}}
 
 
 def _family(fid: str) -> str:
     return _FAMILY_OF.get(fid, fid)
 
 
-def after_top_fix(findings: list[Finding]) -> AfterFix | None:
-    """The findings as they would weigh once the one with the largest estimate is fixed, or
-    None when that fix is worth less than a medium finding or nothing else can be projected."""
-    if len(findings) < 2:
+def after_top_fix(findings: list[Finding], fractions: dict[str, float]) -> AfterFix | None:
+    """The findings as they would weigh once the one with the largest estimate is fixed, and
+    the step breakdown (`fractions`) then when that fix is the input's; None when that fix is
+    worth less than a medium finding or nothing else can be projected."""
+    if not findings:
         return None
     top = max(findings, key=lambda f: f.speedup)
     if top.speedup < MEDIUM_SPEEDUP or top.severity == "low" or top.id in WHOLE_CPU:
         return None
-    faster = float(top.numbers.get("contention_slowdown") or 1.0)
-    grow = top.speedup / max(faster, 1.0)
+    faster = max(float(top.numbers.get("contention_slowdown") or 1.0), 1.0)
+    if _family(top.id) == "input":
+        # The step after an input fix is the rest of the step: what it waited for goes (all of
+        # it, or what the fix's estimate hides), the rest keeps its proportions, at whatever
+        # speed the cores then give it (docs/trace-signals.md, "What comes next"). The
+        # estimate's own speedup may be against the untraced step, not this one.
+        waited = sum(fractions.get(k, 0.0) for k in INPUT_TIME)
+        gone = min(waited, 1.0 - 1.0 / top.speedup)
+        grow = 1.0 / (1.0 - gone) if gone < 1.0 else float("inf")
+    else:
+        grow = top.speedup
     out = []
     for f in findings:
         if f is top or f.id in WHOLE_CPU or _family(f.id) == _family(top.id):
@@ -87,10 +106,15 @@ def after_top_fix(findings: list[Finding]) -> AfterFix | None:
             continue
         speedup = 1.0 / (1.0 - min(saved, MAX_SAVING))
         out.append(Projected(f.id, share, speedup, severity_for(speedup), f.severity))
-    if not out:
+    breakdown = None
+    if _family(top.id) == "input":
+        breakdown = {k: v * grow for k, v in fractions.items() if k not in INPUT_TIME}
+        if gone < waited:  # the wait the fix leaves
+            breakdown["input_wait"] = (waited - gone) * grow
+    if not out and not breakdown:
         return None
     out.sort(key=lambda p: -p.speedup)
-    return AfterFix(top.id, top.speedup, max(faster, 1.0), out)
+    return AfterFix(top.id, top.speedup, faster, out, breakdown)
 
 
 def describe(after: AfterFix) -> str:
@@ -101,5 +125,9 @@ def describe(after: AfterFix) -> str:
     for p in after.findings:
         change = (f"; {p.severity_now} now" if p.severity != p.severity_now else "")
         parts.append(f"{p.id} {p.share:.0%} of the step ({p.speedup:.2f}x: {p.severity}{change})")
+    if after.breakdown:
+        shares = sorted(after.breakdown.items(), key=lambda kv: -kv[1])
+        parts.append("the step then: " + ", ".join(f"{k} {v:.0%}" for k, v in shares
+                                                     if v >= MIN_BREAKDOWN_SHARE))
     return (f"after {after.fixed}'s fix (the step {after.speedup:.2f}x shorter{cpu}): "
             + "; ".join(parts))

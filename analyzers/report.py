@@ -58,7 +58,7 @@ class Report:
     @property
     def after_fix(self) -> AfterFix | None:
         """The other findings in the step left once the largest is fixed (after_fix.py)."""
-        return after_top_fix(self.findings)
+        return after_top_fix(self.findings, self.ctx.fractions)
 
     def worst_severity(self) -> str | None:
         for sev in SEVERITIES:

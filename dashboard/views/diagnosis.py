@@ -74,10 +74,14 @@ after = d.get("after_top_fix")  # reports cached before the key existed lack it
 if after:
     faster = (f", the model's ops {after['faster_cpu']:.2f}x faster without the input threads "
               "beside them" if after["faster_cpu"] > 1 else "")
+    parts = [f"`{p['id']}` {p['share']:.0%} of the step ({p['speedup']:.2f}x, {p['severity']})"
+             for p in after["findings"]]
+    if after.get("breakdown"):
+        parts.append("the step then: " + ", ".join(
+            f"{k} {v:.0%}" for k, v in sorted(after["breakdown"].items(), key=lambda kv: -kv[1])
+            if v >= 0.01))
     st.info(f"**Next**, once `{after['fixed']}` is fixed (the step {after['speedup']:.2f}x "
-            f"shorter{faster}): " + "; ".join(
-                f"`{p['id']}` {p['share']:.0%} of the step ({p['speedup']:.2f}x, "
-                f"{p['severity']})" for p in after["findings"]))
+            f"shorter{faster}): " + "; ".join(parts))
 for s in d["skipped"]:
     st.caption(f"not checked: `{s['id']}`: {s['reason']}")
 
