@@ -31,6 +31,14 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
     dev_a, dev_b = da["hardware"]["devices"], db["hardware"]["devices"]
     scaling = (round(speedup / (dev_b / dev_a), 3)
                if speedup and dev_a and dev_b and dev_a != dev_b else None)
+    resolved = [{"id": i, "severity": f["severity"],
+                 "estimated_speedup": f["impact"]["estimated_speedup"]}
+                for i, f in ids_a.items() if i not in ids_b]
+    # The before report's projection of the step after its top fix, when that fix is what the
+    # after run made (analyzers/after_fix.py): the breakdown it projected beside what was read.
+    after_fix = da.get("after_top_fix")
+    projected = (after_fix["breakdown"] if after_fix and after_fix.get("breakdown")
+                 and after_fix["fixed"] in {r["id"] for r in resolved} else None)
     return {
         "before": {"run": da["run"], "cycle": da["cycle"], "run_dir": da["run_dir"],
                    "samples_per_s": sa,
@@ -45,13 +53,14 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
         # ms per step: the shares (of all step time, stalls included) of the mean step.
         "breakdown": {c: {"before": da["breakdown"].get(c, 0.0),
                           "after": db["breakdown"].get(c, 0.0),
+                          "projected": None if projected is None else projected.get(c, 0.0),
                           "before_ms": round(da["breakdown"].get(c, 0.0)
                                              * da["steps"]["mean_ms"], 3),
                           "after_ms": round(db["breakdown"].get(c, 0.0)
                                             * db["steps"]["mean_ms"], 3)}
                       for c in ALL_CATEGORIES},
-        "resolved": [{"id": i, "severity": f["severity"]} for i, f in ids_a.items()
-                     if i not in ids_b],
+        "resolved": resolved,
+        "projected_after": None if projected is None else after_fix["fixed"],
         "new": [{"id": i, "severity": f["severity"]} for i, f in ids_b.items() if i not in ids_a],
         "remaining": [_remaining(ids_a[i], ids_b[i]) for i in ids_a if i in ids_b],
     }
@@ -82,6 +91,18 @@ def remaining_text(x: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def resolved_text(x: dict[str, Any], speedup: float | None, n_resolved: int) -> str:
+    """A resolved finding with its estimate; set against the measured speedup when it is the
+    only one resolved (several fixes' estimates do not add up to one)."""
+    est = x.get("estimated_speedup")
+    if est is None:  # a report written before the key existed
+        return f"{x['id']} ({x['severity']})"
+    text = f"{x['id']} ({x['severity']}; est. {est:.2f}x"
+    if speedup and n_resolved == 1:
+        text += f", measured {speedup:.2f}x: {est / speedup - 1:+.0%}"
+    return text + ")"
+
+
 def _label(side: dict[str, Any]) -> str:
     c = side.get("cycle")
     return side["run"] if not c else f"{side['run']} (cycle {c['chosen']} of {c['count']})"
@@ -98,25 +119,33 @@ def render_diff(d: dict[str, Any], markdown: bool = False) -> str:
         out.append(f"devices {dv['before']} -> {dv['after']}: scaling efficiency "
                    f"{d['scaling_efficiency']:.0%}")
     out.append("")
+    fixed = d.get("projected_after")
     if markdown:
-        out.append("| category | before ms | after ms | before % | after % |")
-        out.append("|---|---|---|---|---|")
+        out.append("| category | before ms | after ms | before % | after % |"
+                   + (" projected % |" if fixed else ""))
+        out.append("|---|---|---|---|---|" + ("---|" if fixed else ""))
     else:
         out.append(f"{'category':16s} {'before ms':>10s} {'after ms':>10s} {'before':>7s} "
-                   f"{'after':>7s}")
+                   f"{'after':>7s}" + (f" {'projected':>9s}" if fixed else ""))
     for c, v in d["breakdown"].items():
-        if max(v["before"], v["after"]) < 0.005:
+        if max(v["before"], v["after"], v.get("projected") or 0.0) < 0.005:
             continue
+        proj = v.get("projected")
         if markdown:
             out.append(f"| {c} | {v['before_ms']:.1f} | {v['after_ms']:.1f} | "
-                       f"{v['before']:.0%} | {v['after']:.0%} |")
+                       f"{v['before']:.0%} | {v['after']:.0%} |"
+                       + (f" {proj:.0%} |" if fixed else ""))
         else:
             out.append(f"{c:16s} {v['before_ms']:10.1f} {v['after_ms']:10.1f} "
-                       f"{v['before']:7.0%} {v['after']:7.0%}")
+                       f"{v['before']:7.0%} {v['after']:7.0%}"
+                       + (f" {proj:9.0%}" if fixed else ""))
+    if fixed:
+        out.append(f"(projected: the before run's `next:` for the step after {fixed}'s fix)")
     out.append("")
-    for label in ("resolved", "new"):
-        items = ", ".join(f"{x['id']} ({x['severity']})" for x in d[label]) or "none"
-        out.append(f"{label}: {items}")
+    out.append("resolved: " + (", ".join(resolved_text(x, d["speedup"], len(d["resolved"]))
+                                         for x in d["resolved"]) or "none"))
+    items = ", ".join(f"{x['id']} ({x['severity']})" for x in d["new"]) or "none"
+    out.append(f"new: {items}")
     rem = ", ".join(f"{x['id']} ({remaining_text(x)})" for x in d["remaining"])
     out.append(f"remaining: {rem or 'none'}")
     return "\n".join(out) + "\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from analyzers.diff import diff_reports, remaining_text
+from analyzers.diff import diff_reports, remaining_text, resolved_text
 from dashboard import charts, ui
 
 st.title("Compare")
@@ -52,7 +52,9 @@ st.caption(f"speedup basis: {d['speedup_basis']}"
 st.plotly_chart(charts.compare_breakdown(d), key="compare_breakdown")
 
 groups = (
-    ("Resolved", [f":green[resolved] `{f['id']}` (was {f['severity']})" for f in d["resolved"]]),
+    ("Resolved", [":green[resolved] `{}` {}".format(
+        f["id"], resolved_text(f, d["speedup"], len(d["resolved"])).removeprefix(f["id"] + " "))
+        for f in d["resolved"]]),
     ("New", [f":orange[new] `{f['id']}` ({f['severity']})" for f in d["new"]]),
     ("Remaining", [f"`{f['id']}`: {remaining_text(f)}" for f in d["remaining"]]),
 )

@@ -130,7 +130,8 @@ def test_diff_names_resolved_findings_and_speedup(tmp_path, capsys):
                  "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["speedup"] == pytest.approx(2.5, rel=0.01)
-    assert {"id": "io_stall", "severity": "high"} in d["resolved"]
+    [resolved] = [r for r in d["resolved"] if r["id"] == "io_stall"]
+    assert resolved["severity"] == "high" and resolved["estimated_speedup"] > 1.25
 
 
 def _runs_in_one_logdir(tmp_path: Path) -> Path:
@@ -269,7 +270,7 @@ def test_diff_counts_stalls_the_median_step_hides(tmp_path, capsys):
     assert d["speedup"] == pytest.approx(740 / 29 / 10, rel=0.01)
     assert d["before"]["median_step_ms"] == pytest.approx(d["after"]["median_step_ms"], rel=0.01)
     assert "mean step time" in d["speedup_basis"]
-    assert {"id": "step_stalls", "severity": "high"} in d["resolved"]
+    assert any(r["id"] == "step_stalls" and r["severity"] == "high" for r in d["resolved"])
 
 
 def test_a_machine_shared_all_along_is_a_warning(tmp_path):
@@ -286,3 +287,28 @@ def test_a_machine_shared_all_along_is_a_warning(tmp_path):
     # Alone: the other core idle.
     write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100)
     assert not [w for w in analyze(run).to_dict()["warnings"] if "other processes" in w]
+
+
+def test_diff_sets_the_estimate_and_the_projection_against_the_after_run(tmp_path, capsys):
+    """Before: 60 ms of a 100 ms step waiting on per-example parsing (input_preprocessing,
+    2.5x), 20 ms of Python around the call. After: the same step without the wait. The diff
+    sets the estimate against the measured speedup and the projected breakdown (the before
+    report's `next:`) beside what the after run read."""
+    host_trace(tmp_path / "before", steps=6, wait_ms=60, compute_ms=20, parse_ops=40,
+               parse_op_ms=0.5)
+    host_trace(tmp_path / "after", steps=6, step_ms=40, compute_ms=20, parse_ops=0,
+               readers=0)
+    assert main(["diff", str(tmp_path / "before"), str(tmp_path / "after"),
+                 "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    [resolved] = [r for r in d["resolved"] if r["id"] == "input_preprocessing"]
+    assert resolved["estimated_speedup"] == pytest.approx(2.5, rel=0.01)
+    assert d["projected_after"] == "input_preprocessing"
+    bd = d["breakdown"]
+    assert bd["host_compute"]["projected"] == pytest.approx(0.5, abs=0.01)
+    assert bd["host_compute"]["after"] == pytest.approx(0.5, abs=0.02)
+    assert bd["input_wait"]["projected"] == 0.0
+    assert main(["diff", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
+    text = capsys.readouterr().out
+    assert "projected" in text.splitlines()[2]
+    assert "resolved: input_preprocessing (high; est. 2.50x, measured 2.50x: +0%)" in text
