@@ -84,14 +84,18 @@ def after_top_fix(findings: list[Finding], fractions: dict[str, float]) -> After
     if top.speedup < MEDIUM_SPEEDUP or top.severity == "low" or top.id in WHOLE_CPU:
         return None
     faster = max(float(top.numbers.get("contention_slowdown") or 1.0), 1.0)
+    breakdown = None
     if _family(top.id) == "input":
         # The step after an input fix is the rest of the step: what it waited for goes (all of
         # it, or what the fix's estimate hides), the rest keeps its proportions, at whatever
         # speed the cores then give it (docs/trace-signals.md, "What comes next"). The
         # estimate's own speedup may be against the untraced step, not this one.
         waited = sum(fractions.get(k, 0.0) for k in INPUT_TIME)
-        gone = min(waited, 1.0 - 1.0 / top.speedup)
-        grow = 1.0 / (1.0 - gone) if gone < 1.0 else float("inf")
+        gone = min(waited, 1.0 - 1.0 / top.speedup)  # under 1: the speedup is finite
+        grow = 1.0 / (1.0 - gone)
+        breakdown = {k: v * grow for k, v in fractions.items() if k not in INPUT_TIME}
+        if gone < waited:  # the wait the fix leaves
+            breakdown["input_wait"] = (waited - gone) * grow
     else:
         grow = top.speedup
     out = []
@@ -106,11 +110,6 @@ def after_top_fix(findings: list[Finding], fractions: dict[str, float]) -> After
             continue
         speedup = 1.0 / (1.0 - min(saved, MAX_SAVING))
         out.append(Projected(f.id, share, speedup, severity_for(speedup), f.severity))
-    breakdown = None
-    if _family(top.id) == "input":
-        breakdown = {k: v * grow for k, v in fractions.items() if k not in INPUT_TIME}
-        if gone < waited:  # the wait the fix leaves
-            breakdown["input_wait"] = (waited - gone) * grow
     if not out and not breakdown:
         return None
     out.sort(key=lambda p: -p.speedup)
@@ -126,8 +125,13 @@ def describe(after: AfterFix) -> str:
         change = (f"; {p.severity_now} now" if p.severity != p.severity_now else "")
         parts.append(f"{p.id} {p.share:.0%} of the step ({p.speedup:.2f}x: {p.severity}{change})")
     if after.breakdown:
-        shares = sorted(after.breakdown.items(), key=lambda kv: -kv[1])
-        parts.append("the step then: " + ", ".join(f"{k} {v:.0%}" for k, v in shares
-                                                     if v >= MIN_BREAKDOWN_SHARE))
+        parts.append("the step then: " + breakdown_text(after.breakdown))
     return (f"after {after.fixed}'s fix (the step {after.speedup:.2f}x shorter{cpu}): "
             + "; ".join(parts))
+
+
+def breakdown_text(breakdown: dict[str, float]) -> str:
+    """A projected breakdown's categories worth showing, largest first (`host_compute 76%, ...`):
+    the report's line and the dashboard's."""
+    shares = sorted(breakdown.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.0%}" for k, v in shares if v >= MIN_BREAKDOWN_SHARE)

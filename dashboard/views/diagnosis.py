@@ -8,6 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from analyzers.after_fix import breakdown_text
 from analyzers.report import json_value
 from dashboard import analysis, charts, ui
 
@@ -77,9 +78,7 @@ if after:
     parts = [f"`{p['id']}` {p['share']:.0%} of the step ({p['speedup']:.2f}x, {p['severity']})"
              for p in after["findings"]]
     if after.get("breakdown"):
-        parts.append("the step then: " + ", ".join(
-            f"{k} {v:.0%}" for k, v in sorted(after["breakdown"].items(), key=lambda kv: -kv[1])
-            if v >= 0.01))
+        parts.append("the step then: " + breakdown_text(after["breakdown"]))
     st.info(f"**Next**, once `{after['fixed']}` is fixed (the step {after['speedup']:.2f}x "
             f"shorter{faster}): " + "; ".join(parts))
 for s in d["skipped"]:
