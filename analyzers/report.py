@@ -1,7 +1,7 @@
 """Run every detector on one profile run and render the result as text, Markdown or JSON.
 
 JSON schema (version 1; documented in docs/analyze-json.md):
-{schema_version, run, run_dir, trace_files, hardware{accelerator, devices, cpus},
+{schema_version, run, run_dir, trace_files, hardware{accelerator, devices, cpus, gpus},
  steps{found, source, count, median_ms, untraced_median_ms}, breakdown{<category>: fraction},
  samples_per_s, sampler, findings[{id, title, severity, impact{step_fraction, estimated_speedup},
  evidence{summary, numbers, top_events, time_ranges_ms}, remedy{text, config_changes, command}}],
@@ -144,6 +144,8 @@ class Report:
                          "world_size": self.run.world_size,
                          "devices": self.ctx.n_devices,
                          "cpus": self.ctx.n_cpus,
+                         "gpus": {name: f"{major}.{minor}"
+                                  for name, (major, minor) in sorted(self.run.gpus.items())},
                          "clock_offsets_ms": {h: round(ns / 1e6, 3)
                                               for h, ns in self.run.clock_offsets.items()}},
             "steps": {"found": steps.found, "source": steps.source, "count": len(steps.table),
@@ -237,6 +239,10 @@ def render_text(report: Report, markdown: bool = False) -> str:
         hosts = f", {hw['hosts']} of {hw['world_size']} ranks"
     if hw["host_roles"]:
         hosts += " (" + ", ".join(f"{n} {job}" for job, n in hw["host_roles"].items()) + ")"
+    models = sorted({f"{'' if name.startswith('/device:') else name + ', '}"
+                     f"compute capability {cc}" for name, cc in hw["gpus"].items()})
+    if models:
+        kind += f" ({'; '.join(models)})"
     out.append(f"hardware: {kind}{hosts}"
                f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
                f"sampler data: {'yes' if d['sampler'] else 'no'}")

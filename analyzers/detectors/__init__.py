@@ -26,6 +26,7 @@ DETECTOR_IDS = (
     "idle_cores",
     "cpu_throttling",
     "kernel_launch_overhead",
+    "no_mixed_precision",
     "eager_execution",
     "function_retracing",
     "per_step_overhead",

@@ -23,6 +23,8 @@ class KinetoHeader:
     world_size: int | None = None
     backend: str | None = None
     machine: str | None = None  # the `host_name` Kineto records (socket.gethostname())
+    # (name, compute capability major, minor) of each GPU in `deviceProperties`.
+    gpus: tuple[tuple[str, int, int], ...] = ()
 
 
 def read_head(path: Path, limit: int = HEAD_BYTES) -> bytes:
@@ -61,15 +63,22 @@ def _int(value: object) -> int | None:
 
 
 def kineto_header(path: Path) -> KinetoHeader | None:
-    """The writer's rank, world size, backend and machine, or None when the head names none."""
+    """The writer's rank, world size, backend, machine and GPUs, or None when the head names
+    none."""
     head = read_head(path).decode("utf-8", errors="replace")
     if not head:
         return None
     dist = _value(head, "distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     machine = _value(head, "host_name")
+    props = _value(head, "deviceProperties")
+    gpus = tuple((str(p.get("name", "")), major, minor)
+                 for p in (props if isinstance(props, list) else []) if isinstance(p, dict)
+                 and (major := _int(p.get("computeMajor"))) is not None
+                 and (minor := _int(p.get("computeMinor"))) is not None)
     header = KinetoHeader(rank=_int(dist.get("rank")), world_size=_int(dist.get("world_size")),
                           backend=dist.get("backend") if isinstance(dist.get("backend"), str)
                           else None,
-                          machine=machine if isinstance(machine, str) and machine else None)
+                          machine=machine if isinstance(machine, str) and machine else None,
+                          gpus=gpus)
     return header if header != KinetoHeader() else None

@@ -66,6 +66,10 @@ class RunData:
     # host -> ns added to its times (and its sampler's) to put them on the reference host's
     # clock, for hosts whose clocks disagree (analyzers/host_clocks.py).
     clock_offsets: dict[str, int] = field(default_factory=dict)
+    # GPU -> its compute capability (major, minor), where the trace records it: Kineto's
+    # `deviceProperties` (keyed by the GPU's name) or the xplane device planes' `compute_cap_*`
+    # stats (keyed by the plane).
+    gpus: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _trace_files(folder: Path) -> list[Path]:
@@ -237,6 +241,7 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     hosts = []
     machines: dict[str, str] = {}
     world_sizes = []
+    gpus: dict[str, tuple[int, int]] = {}
     warnings: list[str] = []
     headers = {f: h for f in files
                if not f.name.endswith((XPLANE_SUFFIX, GZ_XPLANE_SUFFIX))
@@ -258,6 +263,7 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             read = read_xplane if f.name.endswith(XPLANE_SUFFIX) else read_gzipped_xplane
             x = read(f, host)
             parts.append((x.events, x.t0_unix_ns))
+            gpus.update(_plane_capabilities(x.plane_stats))
         else:
             try:
                 parts.append(read_chrome_trace(f, host, warnings))
@@ -277,6 +283,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
                 machines[hosts[-1]] = header.machine
             if header.world_size:
                 world_sizes.append(header.world_size)
+            gpus.update({name or f"GPU {i}": (major, minor)
+                         for i, (name, major, minor) in enumerate(header.gpus)})
     if not parts:
         raise ValueError(f"{run_dir}: none of its JSON files is a trace (no traceEvents list)")
     t0 = min((t for _, t in parts if t), default=0)
@@ -303,9 +311,19 @@ def load_run(path: Path, run: str | None = None) -> RunData:
                    warnings=warnings, machines=machines,
                    world_size=max(world_sizes, default=None),
                    cycle=(chosen.chosen, chosen.count) if chosen.count > 1 else None,
-                   clock_offsets=offsets)
+                   clock_offsets=offsets, gpus=gpus)
     _attach_side_files(data, run_dir)
     return data
+
+
+def _plane_capabilities(plane_stats: dict[str, dict[str, object]]
+                        ) -> dict[str, tuple[int, int]]:
+    out = {}
+    for plane, stats in plane_stats.items():
+        major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor", 0)
+        if isinstance(major, int) and isinstance(minor, int) and major > 0:
+            out[plane] = (major, minor)
+    return out
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

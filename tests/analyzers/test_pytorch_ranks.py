@@ -90,12 +90,15 @@ def test_processes_without_ranks_keep_their_worker_names():
     assert "ranks" not in render_text(analyze(cycles[-1])).splitlines()[1]
     assert kineto_header(cycles[-1]) == KinetoHeader(machine="vm")
     old = DATA / "kineto-2021" / "resnet50_num_workers_0.json.gz"
-    assert kineto_header(old) is None and load_run(old).world_size is None
+    # Its header names the GPUs only (4 V100s), no ranks.
+    assert kineto_header(old) == KinetoHeader(gpus=(("Tesla V100-DGXS-32GB", 7, 0),) * 4)
+    assert load_run(old).world_size is None
 
 
 def test_header_of_a_gpu_rank_and_of_a_truncated_file(tmp_path):
     gpu = kineto_header(DATA / "pytorch-gpu" / "ddp_cnn_rank0.json.gz")
-    assert gpu == KinetoHeader(rank=0, world_size=2, backend="nccl", machine=None)
+    assert gpu == KinetoHeader(rank=0, world_size=2, backend="nccl", machine=None,
+                               gpus=(("NVIDIA A100-PG509-200", 8, 0),) * 8)
     # The head is read from a partial gzip stream: the file's first 2 KB hold it.
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(gzip.compress(gzip.decompress((GLOO / "balanced_rank1.json.gz").read_bytes()))

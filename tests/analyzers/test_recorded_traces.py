@@ -182,7 +182,8 @@ def test_recorded_kineto_2021_dataloader_traces(tmp_path):
     assert ctx.has_accelerator and ctx.framework == "pytorch" and ctx.n_steps == 6
     assert ctx.fractions["device_compute"] > 0.5 and ctx.fractions["launch"] < 0.15
     found = {f.id: f for f in slow.findings if f.severity in ("medium", "high")}
-    assert list(found) == ["input_preprocessing"], found
+    # FP32 convolutions on a V100 (test_no_mixed_precision.py): the other medium finding.
+    assert list(found) == ["input_preprocessing", "no_mixed_precision"], found
     f = found["input_preprocessing"]
     assert f.numbers["causes"] == ["in_process_loading"] and f.severity == "high"
     # 69 ms of loading a step against 117 ms of the rest: one worker keeps up, one more spare.
