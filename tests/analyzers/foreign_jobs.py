@@ -124,6 +124,7 @@ MODE:
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
+import atexit
 import contextlib
 import gc
 import itertools
@@ -142,6 +143,12 @@ import numpy as np
 import tensorflow as tf
 
 logdir, mode = sys.argv[1], sys.argv[2]
+if not mode.startswith("_"):
+    # A job's scratch files (records, flag files, TF's autograph modules), its child processes'
+    # too, go in one folder that leaves with it: ~150 runs a day left ~700 MB in /tmp.
+    _scratch = tempfile.mkdtemp(prefix="foreign-job-")
+    os.environ["TMPDIR"] = tempfile.tempdir = _scratch
+    atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
 rng = np.random.default_rng(0)
 
 
