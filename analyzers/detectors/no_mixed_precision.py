@@ -102,7 +102,7 @@ def detect(ctx: Context) -> Finding | None:
                       "dur_ns"))
     if k.empty:
         return None
-    math, precision = classify(k["name"])
+    math, precision, names = classify(k["name"])
     dur = k["dur_ns"].to_numpy(np.int64)
     total = float(dur.sum())
     single_math = math & (precision == SINGLE)
@@ -112,7 +112,6 @@ def detect(ctx: Context) -> Finding | None:
     if single_share < MIN_SINGLE_MATH_SHARE or (
             math_ns and float(dur[half_math].sum()) / math_ns >= HALF_MATH_ON):
         return None
-    names = [str(n) for n in k["name"].astype(str).unique()]
     cc, gpu = compute_capability(ctx, names)
     if cc is not None and cc < TENSOR_CORES:
         return None
@@ -169,9 +168,10 @@ def detect(ctx: Context) -> Finding | None:
 
 
 def _ready_times(ctx: Context, k: pd.DataFrame) -> tuple[np.ndarray, bool]:
-    """When each kernel could have started: its launch call's end (of the host events sharing
-    its correlation id, the innermost ends first: the enclosing op carries the id too), or -1
-    where none pairs; and whether most kernels paired."""
+    """When each kernel could have started: the end of its launch call, the host event of its
+    host and correlation id that started last before it (the enclosing op carries the id too,
+    and starts first; ids repeat across processes and sessions), or -1 where none pairs; and
+    whether most kernels paired."""
     ready = np.full(len(k), -1, np.int64)
     if "correlation_id" not in k:
         return ready, False
@@ -184,12 +184,17 @@ def _ready_times(ctx: Context, k: pd.DataFrame) -> tuple[np.ndarray, bool]:
     rows, ids = rows[on_host], ids[on_host]
     if not len(rows):
         return ready, False
-    launches = pd.Series(EndTimes(ev)[rows]).groupby(
-        [ev["host"].array.codes[rows], ids]).min()
-    found = launches.reindex(pd.MultiIndex.from_arrays(
-        [k["host"].array.codes, corr])).to_numpy(dtype=float)
-    ok = np.isfinite(found) & (corr >= 0)
-    ready[ok] = found[ok].astype(np.int64)
+    starts = ev["start_ns"].to_numpy(np.int64)
+    calls = pd.DataFrame({"host": ev["host"].array.codes[rows], "corr": ids,
+                          "start": starts[rows], "end": EndTimes(ev)[rows]}
+                         ).sort_values("start", kind="stable")
+    kernels = pd.DataFrame({"host": k["host"].array.codes, "corr": corr,
+                            "start": k["start_ns"].to_numpy(np.int64),
+                            "row": np.arange(len(k))}).sort_values("start", kind="stable")
+    paired = pd.merge_asof(kernels, calls, on="start", by=["host", "corr"],
+                           direction="backward")
+    ok = paired["end"].notna().to_numpy() & (paired["corr"].to_numpy() >= 0)
+    ready[paired["row"].to_numpy()[ok]] = paired["end"].to_numpy()[ok].astype(np.int64)
     return ready, bool(ok.mean() >= 0.5)
 
 

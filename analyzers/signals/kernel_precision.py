@@ -55,16 +55,14 @@ def is_math(name: str) -> bool:
     return bool(_MATH.search(name))
 
 
-def classify(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(is math, precision) per row of a categorical or string series of kernel names; each
-    distinct name is read once."""
-    codes, uniques = pd.factorize(names.astype(str) if not isinstance(
-        names.dtype, pd.CategoricalDtype) else names.astype(object))
-    math = np.array([is_math(str(n)) for n in uniques], dtype=bool)
-    prec = np.array([precision_of(str(n)) for n in uniques], dtype=object)
-    if len(codes) == 0:
-        return np.zeros(0, bool), np.zeros(0, object)
-    return math[codes], prec[codes]
+def classify(names: pd.Series) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(is math, precision) per row of a categorical series of kernel names, and the distinct
+    names; each distinct name is read once."""
+    present, rows = np.unique(names.array.codes, return_inverse=True)
+    distinct = [str(n) for n in names.cat.categories[present]]
+    math = np.array([is_math(n) for n in distinct], dtype=bool)
+    prec = np.array([precision_of(n) for n in distinct], dtype=object)
+    return math[rows], prec[rows], distinct
 
 
 def arch_from_names(names: list[str]) -> tuple[int, int] | None:

@@ -38,11 +38,13 @@ ELEMENTWISE = ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eig
 def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other_ms: float = 1.0,
                     pairs: int = 10, launch_every_ms: float | None = None,
                     cc: tuple[int, int] | None = (7, 0), correlated: bool = True,
-                    steps: int = 4, step_ms: float = 75.0) -> Path:
+                    ids_per_step: bool = False, steps: int = 4, step_ms: float = 75.0) -> Path:
     """Per step, `pairs` of a GEMM and an elementwise kernel on one stream. The host launches
     them all in the step's first half millisecond (the GPU then runs them back to back, 1 µs
     apart), or one every `launch_every_ms` (each kernel starts when its launch returns, or
-    when the kernel before it ends). The step ends 4 ms after the last kernel."""
+    when the kernel before it ends). The step ends 4 ms after the last kernel. Correlation ids
+    count on over the window, or start over each step (`ids_per_step`: ids that repeat, as in
+    several processes' or sessions' traces merged)."""
     b = XSpaceBuilder()
     main = b.plane("/host:CPU").line("python3", line_id=1)
     cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
@@ -56,6 +58,7 @@ def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other
         t0 = int(i * step_ms * MS)
         main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
         end = t0 + MS
+        corr = 1 if ids_per_step else corr
         for k in range(2 * pairs):
             name, ms = (gemm, gemm_ms) if k % 2 == 0 else (ELEMENTWISE, other_ms)
             launch = (t0 + k * 20 * US if launch_every_ms is None
@@ -115,6 +118,11 @@ def test_launch_bound_gemms_gain_little(tmp_path):
                                         correlated=False))
     assert unpaired.severity == "low" and not unpaired.numbers["launches_paired"]
     assert unpaired.numbers["saved_ms_per_step"] == pytest.approx(2.5, abs=0.05)
+    # Ids that repeat each step: a kernel pairs with the launch of its id that started last
+    # before it, not with the first step's (which would read every later kernel as queued).
+    repeated = _finding(precision_trace(tmp_path / "r", launch_every_ms=7.0, gemm_ms=5.0,
+                                        ids_per_step=True))
+    assert repeated.numbers["saved_ms_per_step"] == pytest.approx(2.5, abs=0.05)
 
 
 def test_unpaired_back_to_back_kernels_are_queued(tmp_path):
