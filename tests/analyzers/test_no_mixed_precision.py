@@ -11,9 +11,11 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from analyzers.detectors.no_mixed_precision import ID
+from analyzers.detectors.no_mixed_precision import ID, STREAM_KINDS, _ready_times, replay
+from analyzers.events import is_device_plane
 from analyzers.ingest.kineto_header import kineto_header
 from analyzers.report import analyze, render_text
 from analyzers.signals.kernel_precision import (
@@ -38,13 +40,16 @@ ELEMENTWISE = ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eig
 def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other_ms: float = 1.0,
                     pairs: int = 10, launch_every_ms: float | None = None,
                     cc: tuple[int, int] | None = (7, 0), correlated: bool = True,
-                    ids_per_step: bool = False, steps: int = 4, step_ms: float = 75.0) -> Path:
+                    ids_per_step: bool = False, allreduce_ms: float = 0.0, steps: int = 4,
+                    step_ms: float = 75.0) -> Path:
     """Per step, `pairs` of a GEMM and an elementwise kernel on one stream. The host launches
     them all in the step's first half millisecond (the GPU then runs them back to back, 1 µs
     apart), or one every `launch_every_ms` (each kernel starts when its launch returns, or
     when the kernel before it ends). The step ends 4 ms after the last kernel. Correlation ids
     count on over the window, or start over each step (`ids_per_step`: ids that repeat, as in
-    several processes' or sessions' traces merged)."""
+    several processes' or sessions' traces merged). With `allreduce_ms`, an NCCL all-reduce on
+    a stream of its own follows the last kernel (it waits for the gradients: a stream event),
+    then a 1 ms update kernel on the first stream follows it; both launched with the rest."""
     b = XSpaceBuilder()
     main = b.plane("/host:CPU").line("python3", line_id=1)
     cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
@@ -53,6 +58,7 @@ def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other
         gpu.stat("compute_cap_major", cc[0])
         gpu.stat("compute_cap_minor", cc[1])
     stream = gpu.line("Stream #7(Kernel)", line_id=7)
+    nccl = gpu.line("Stream #20(Kernel)", line_id=20)
     corr = 1
     for i in range(steps):
         t0 = int(i * step_ms * MS)
@@ -70,6 +76,15 @@ def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other
             stream.event(name, start, int(ms * MS), **ids)
             end = start + int(ms * MS)
             corr += 1
+        if allreduce_ms:
+            for line, name, ms in ((nccl, "ncclKernel_AllReduce_RING_LL_Sum_float", allreduce_ms),
+                                   (stream, ELEMENTWISE, 1.0)):
+                launch = t0 + 500 * US + corr * 10 * US
+                cupti.event("cuLaunchKernel", launch, 10 * US, correlation_id=corr)
+                start = end + 3 * US
+                line.event(name, start, int(ms * MS), correlation_id=corr)
+                end = start + int(ms * MS)
+                corr += 1
     return b.write(tmp)
 
 
@@ -123,6 +138,18 @@ def test_launch_bound_gemms_gain_little(tmp_path):
     repeated = _finding(precision_trace(tmp_path / "r", launch_every_ms=7.0, gemm_ms=5.0,
                                         ids_per_step=True))
     assert repeated.numbers["saved_ms_per_step"] == pytest.approx(2.5, abs=0.05)
+
+
+def test_kernels_that_wait_for_another_stream_move_with_it(tmp_path):
+    """The all-reduce waits for the last gradient kernel and the update for the all-reduce, on
+    two streams, though the host launched both early: the 30 ms the GEMMs lose move them up too.
+    Replayed each stream alone, the all-reduce kept its place and the step its end (1 ms)."""
+    f = _finding(precision_trace(tmp_path, allreduce_ms=5.0, step_ms=85.0))
+    assert f is not None and f.severity == "high"
+    assert f.numbers["saved_ms_per_step"] == pytest.approx(30.0, abs=0.1)
+    # The all-reduce is not a kernel of the model's math: not in the FP32 shares.
+    assert f.numbers["single_math_kernel_share"] == pytest.approx(60 / 71, abs=0.01)
+    assert f.numbers["single_other_kernel_share"] == pytest.approx(11 / 71, abs=0.01)
 
 
 def test_unpaired_back_to_back_kernels_are_queued(tmp_path):
@@ -210,6 +237,27 @@ def test_recorded_launch_bound_ddp_and_fp16_bert_have_no_finding(tmp_path):
     bert = analyze(tmp_path / "bert")
     assert bert.ctx.run.gpus["/device:GPU:0"] == (7, 0)
     assert ID not in {f.id for f in bert.findings}
+
+
+@pytest.mark.parametrize("name", ["kineto-2021/resnet50_num_workers_0.json.gz",
+                                  "kineto-2021/resnet50_num_workers_4.json.gz",
+                                  "pytorch-gpu/ddp_cnn_rank0.json.gz"])
+def test_the_replay_gives_back_the_recorded_timeline(tmp_path, name):
+    """Replayed with their recorded durations, every kernel, copy and collective ends where
+    the trace has it: launches, stream order, the GPU's gaps between queued kernels and the
+    waits on other streams are all in the model (without the gaps, the V100 kernels ended a
+    median 0.2 ms early)."""
+    ctx = analyze(_kineto(tmp_path, name)).ctx
+    k = ctx.in_steps(kinds=STREAM_KINDS, plane=is_device_plane,
+                     columns=("host", "plane", "line", "name", "kind", "step_idx", "start_ns",
+                              "end_ns", "dur_ns", "correlation_id"))
+    ready, paired = _ready_times(ctx, k)
+    assert paired
+    dur = k["dur_ns"].to_numpy().astype(float)
+    old, new = replay(k, ready, dur)
+    off = np.abs(old - k["end_ns"].to_numpy())
+    assert np.percentile(off, 99) <= 1_000, np.percentile(off, [50, 99, 100])
+    assert np.array_equal(old, new)
 
 
 def test_kineto_header_reads_the_gpus():
