@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzers.detectors.no_mixed_precision import ID, STREAM_KINDS, _ready_times, replay
+from analyzers.detectors.no_mixed_precision import ID
 from analyzers.events import is_device_plane
 from analyzers.ingest.kineto_header import kineto_header
 from analyzers.report import analyze, render_text
@@ -26,6 +26,7 @@ from analyzers.signals.kernel_precision import (
     is_math,
     precision_of,
 )
+from analyzers.signals.stream_replay import STREAM_KINDS, ready_times, replay
 from tests.analyzers.traces import MS, host_trace
 from tests.analyzers.xspace_builder import XSpaceBuilder
 
@@ -251,7 +252,7 @@ def test_the_replay_gives_back_the_recorded_timeline(tmp_path, name):
     k = ctx.in_steps(kinds=STREAM_KINDS, plane=is_device_plane,
                      columns=("host", "plane", "line", "name", "kind", "step_idx", "start_ns",
                               "end_ns", "dur_ns", "correlation_id"))
-    ready, paired = _ready_times(ctx, k)
+    ready, paired = ready_times(ctx, k)
     assert paired
     dur = k["dur_ns"].to_numpy().astype(float)
     old, new = replay(k, ready, dur)
