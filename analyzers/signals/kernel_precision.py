@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-MATH, OTHER = "math", "other"
+# HALF: 16 bits or fewer (float16, bfloat16, FP8); SINGLE: FP32 data, on CUDA cores or TF32.
 HALF, SINGLE, UNKNOWN = "half", "single", "unknown"
 
 _MATH = re.compile(r"gemm|conv(?!ert)|scudnn|hcudnn|winograd|xmma|wgrad|dgrad|fprop|matmul|"
