@@ -33,8 +33,11 @@ hw = d["hardware"]
 hosts = hw.get("hosts", 1)  # reports cached before the key existed lack it
 c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}"
           + (f" on {hosts} hosts" if hosts > 1 else ""))
-st.caption(f"{d['run_dir']} · sampler data: {'yes' if d['sampler'] else 'no'} · "
-           f"analyzed in {view.load_s:.1f} s")
+gpus = sorted({f"{'' if name.startswith('/device:') else name + ' '}(compute capability {cc})"
+               for name, cc in hw.get("gpus", {}).items()})  # reports cached before: none
+st.caption(f"{d['run_dir']} · "
+           + (f"GPU: {', '.join(gpus)} · " if gpus else "")
+           + f"sampler data: {'yes' if d['sampler'] else 'no'} · analyzed in {view.load_s:.1f} s")
 st.download_button("report.json (as `recadvisor analyze --format json`)",
                    json.dumps(d, indent=2, default=json_value), file_name="report.json",
                    mime="application/json")

@@ -220,7 +220,9 @@ def test_chrome_trace_run_without_sampler(monkeypatch, tmp_path):
                            "args": {"device": d}})
     run = tmp_path / "torch"
     run.mkdir()
-    (run / "rank0.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    gpu = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0}
+    (run / "rank0.pt.trace.json").write_text(json.dumps({"deviceProperties": [gpu],
+                                                         "traceEvents": events}))
     at = _app(monkeypatch, tmp_path, "runs")
     assert list(at.dataframe[0].value["run"]) == ["torch"]
     at = _app(monkeypatch, tmp_path, "diagnosis", run="torch")
@@ -228,6 +230,8 @@ def test_chrome_trace_run_without_sampler(monkeypatch, tmp_path):
     text = _text(at)
     assert "collective_overhead" in text and ":red-badge[HIGH]" in text
     assert any("No OS sampler data" in i.value for i in at.info)
+    assert any("GPU: NVIDIA A100-SXM4-80GB (compute capability 8.0)" in c.value
+               for c in at.caption)
     assert _chart_titles(at) == ["Step time by category", f"Timeline of step "
                                  f"{at.selectbox(key='timeline_step').value}"]
     assert not at.code  # not a reference-trainer run: no fix command is made up
