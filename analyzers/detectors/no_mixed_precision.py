@@ -33,7 +33,7 @@ from analyzers.signals.kernel_precision import (
     arch_from_names,
     classify,
 )
-from analyzers.signals.stream_replay import STREAM_KINDS, queue_delay_us, ready_times, step_shrink
+from analyzers.signals.stream_replay import STREAM_KINDS, launches, queue_delay_us, step_shrink
 
 ID = "no_mixed_precision"
 # Half-precision tensor-core math against TF32's, at peak on A100 and H100 (312 against 156
@@ -119,8 +119,11 @@ def detect(ctx: Context) -> Finding | None:
     cc, gpu = compute_capability(ctx, names)
     if cc is not None and cc < TENSOR_CORES:
         return None
-    ready, paired = ready_times(ctx, k)
-    shrink = step_shrink(k, ready, np.where(single_math, dur / HALF_SPEEDUP, dur))
+    launched_by = launches(ctx, k)
+    waits = ctx.in_steps(kinds=("sync",), plane=lambda p: not is_device_plane(p),
+                         columns=("host", "step_idx", "start_ns", "end_ns"))
+    shrink = step_shrink(k, launched_by, np.where(single_math, dur / HALF_SPEEDUP, dur),
+                         waits)
     saved = shrink / ctx.total_step_ns
     if saved <= 0:
         return None
@@ -128,7 +131,8 @@ def detect(ctx: Context) -> Finding | None:
     step_fraction = min(float(dur[single_math].sum()) / devices / ctx.total_step_ns, 1.0)
     single_other = float(dur[kernel & ~math & (precision == SINGLE)].sum()) / total
     n = ctx.n_steps
-    queue = queue_delay_us(k[kernel], ready[kernel], paired)
+    queue = queue_delay_us(k[kernel], launched_by.select(kernel))
+    paired = launched_by.paired
     evidence = [
         f"{single_share:.0%} of GPU kernel time is FP32/TF32 matrix multiplications and "
         f"convolutions ({float(dur[single_math].sum()) / devices / n / 1e6:.2f} ms a step on each "

@@ -4,13 +4,16 @@ collective have ended (docs/trace-signals.md, "Kernel precision")?
 A stream event starts at the latest of its launch (the host call that queued it, paired by
 host and correlation id), its stream's previous event's end plus the gap the GPU left between
 them, and, when it waited beyond both, the end of the event of another stream of its GPU that
-ended just before it (a stream waiting on an event). Replayed with the recorded durations, the
-recorded GPU traces end where they are recorded; with shorter ones, a step shortens only where
-the GPU was the critical path. Host waits on the GPU inside a step are kept as recorded: the
-launches after a `.item()` would come earlier too, so a shorter replay is a lower bound.
+ended just before it (a stream waiting on an event). A host that waited for its GPU (a
+synchronize, a blocking copy: `sync` events) gets there sooner when the event it waited for ends
+sooner, and so do the launches after it. Replayed with the recorded durations, the recorded GPU
+traces end where they are recorded; with shorter ones, a step shortens only where the GPU was
+the critical path.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -29,39 +32,58 @@ QUEUED_GAP_NS = 5_000
 # stream's kernel end on its GPU, waited for that kernel (a stream waiting on an event: the
 # gradients before their all-reduce, the all-reduce before the update).
 DEP_NS = 20_000
-# Replays that pass each such wait along (a chain compute -> all-reduce -> update is 2 deep).
-PASSES = 4
+# A host wait for the GPU (a synchronize, a blocking copy) that returns within this of a stream
+# event's end waited for that event (the V100 trace's pageable cudaMemcpyAsync returns 45 µs
+# before its copy ends; synchronizes 3-21 µs after the last kernel).
+WAIT_NS = 100_000
+# Replays that pass each such wait along, at most (a chain compute -> all-reduce -> update is
+# 2 deep; each host wait in a step adds one): the replay stops once nothing moves.
+PASSES = 16
 
 
-def ready_times(ctx: Context, k: pd.DataFrame) -> tuple[np.ndarray, bool]:
-    """When each kernel could have started: the end of its launch call, the host event of its
-    host and correlation id that started last before it (the enclosing op carries the id too,
-    and starts first; ids repeat across processes and sessions), or -1 where none pairs; and
-    whether most kernels paired."""
-    ready = np.full(len(k), -1, np.int64)
+@dataclass(frozen=True)
+class Launches:
+    """Per stream event (rows of `k`), the host call that queued it: its start and end (-1 where
+    none pairs), and whether most events paired."""
+    start: np.ndarray
+    end: np.ndarray
+    paired: bool
+
+    def select(self, rows: np.ndarray) -> Launches:
+        return Launches(self.start[rows], self.end[rows], self.paired)
+
+
+def launches(ctx: Context, k: pd.DataFrame) -> Launches:
+    """Each stream event's launch: of the host events of its host and correlation id, the one
+    that started last before it (the enclosing op carries the id too, and starts first; ids
+    repeat across processes and sessions)."""
+    none = Launches(np.full(len(k), -1, np.int64), np.full(len(k), -1, np.int64), False)
     if "correlation_id" not in k:
-        return ready, False
+        return none
     corr = np.asarray(k["correlation_id"], dtype=np.int64)
     if not (corr >= 0).any():
-        return ready, False
+        return none
     ev = ctx.events
     rows, ids = present_stat(ev, "correlation_id")
     on_host = ~cat_mask(ev["plane"], is_device_plane)[rows]
     rows, ids = rows[on_host], ids[on_host]
     if not len(rows):
-        return ready, False
+        return none
     starts = ev["start_ns"].to_numpy(np.int64)
     calls = pd.DataFrame({"host": ev["host"].array.codes[rows], "corr": ids,
                           "start": starts[rows], "end": EndTimes(ev)[rows]}
                          ).sort_values("start", kind="stable")
     kernels = pd.DataFrame({"host": k["host"].array.codes, "corr": corr,
-                            "start": k["start_ns"].to_numpy(np.int64),
-                            "row": np.arange(len(k))}).sort_values("start", kind="stable")
-    paired = pd.merge_asof(kernels, calls, on="start", by=["host", "corr"],
-                           direction="backward")
+                            "at": k["start_ns"].to_numpy(np.int64),
+                            "row": np.arange(len(k))}).sort_values("at", kind="stable")
+    paired = pd.merge_asof(kernels, calls.assign(at=calls["start"]), on="at",
+                           by=["host", "corr"], direction="backward")
     ok = paired["end"].notna().to_numpy() & (paired["corr"].to_numpy() >= 0)
-    ready[paired["row"].to_numpy()[ok]] = paired["end"].to_numpy()[ok].astype(np.int64)
-    return ready, bool(ok.mean() >= 0.5)
+    rows_ok = paired["row"].to_numpy()[ok]
+    out = Launches(none.start.copy(), none.end.copy(), bool(ok.mean() >= 0.5))
+    out.start[rows_ok] = paired["start"].to_numpy()[ok].astype(np.int64)
+    out.end[rows_ok] = paired["end"].to_numpy()[ok].astype(np.int64)
+    return out
 
 
 def _segments(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -110,27 +132,31 @@ def _dependencies(k: pd.DataFrame, order: np.ndarray, start: np.ndarray, ends: n
     return dep
 
 
-def replay(k: pd.DataFrame, ready: np.ndarray, new_dur: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
+def replay(k: pd.DataFrame, launched_by: Launches, new_dur: np.ndarray,
+           waits: pd.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each stream event's end (rows of `k`, in_steps rows of device planes) replayed with its
-    recorded duration, and with `new_dur`. A kernel starts when its launch returned (`ready`,
-    -1 unpaired), its stream's previous kernel ended (plus the gap the GPU left between them),
-    and the kernel of another stream it waited for ended: with the recorded durations the
+    recorded duration, and with `new_dur`. A kernel starts when its launch returned (or, a
+    call that returned after it started, such as a blocking copy, when the call began), its
+    stream's previous kernel ended (plus the gap the GPU left between them),
+    and the kernel of another stream it waited for ended. `waits` (in_steps rows of the hosts'
+    `sync` events: host, step_idx, start_ns, end_ns) are the hosts waiting for their GPU: one
+    that ends sooner brings the host's later launches forward. With the recorded durations the
     replay gives back the recorded ends."""
     order, seg = _segments(k)
     start = k["start_ns"].to_numpy(np.int64)[order].astype(np.float64)
     dur = k["dur_ns"].to_numpy(np.int64)[order].astype(np.float64)
-    r = ready[order].astype(np.float64)
+    r = launched_by.end[order].astype(np.float64)
+    issued = launched_by.start[order].astype(np.float64)
     ends = start + dur
     first = np.ones(len(order), bool)
     first[1:] = seg[1:] != seg[:-1]
     # Earlier than any start or launch: "no bound".
-    floor = float(min(start.min(), r.min())) - 1.0 if len(start) else 0.0
+    floor = float(min(start.min(), r.min(), issued.min())) - 1.0 if len(start) else 0.0
     prev_end = np.full(len(order), floor)
     prev_end[1:] = _segmented_cummax(ends, seg)[:-1]
     prev_end[first] = floor  # what came before a stream's first kernel is another step's
     paired = r >= 0
-    launched = np.where(paired, np.minimum(r, start), floor)
+    launched = np.where(paired, np.where(r <= start, r, np.minimum(issued, start)), floor)
     # A kernel that started later than its launch and its stream allowed waited for something
     # else: a kernel of another stream (an event wait: gradients before their all-reduce), or,
     # with no such kernel just before it, the host (an unpaired kernel after a gap).
@@ -140,8 +166,10 @@ def replay(k: pd.DataFrame, ready: np.ndarray, new_dur: np.ndarray
     latency = np.where(has_dep, start - ends[np.maximum(dep, 0)], 0.0)
     # Ready times: a launch (paired), none beyond the queue (unpaired, queued), its own start
     # (waited for the host or for something unknown), or its dependency's end plus the same
-    # latency (recomputed as the dependency moves).
+    # latency (recomputed as the dependency moves). What the host did comes earlier by as much
+    # as its last wait for the GPU before it ended earlier.
     base = np.where(waited, start, np.where(paired, launched, floor))
+    host = _HostWaits(k, order, ends, np.where(paired, launched, start), waits)
     # The GPU's own 1-2 µs between queued kernels stays after the fix: each kernel keeps the
     # gap before it (replayed without it, the Kineto V100 steps ran 0.2 ms ahead of the trace).
     gap = np.where(waited | first, 0.0, np.clip(start - np.maximum(launched, prev_end), 0, None))
@@ -150,29 +178,86 @@ def replay(k: pd.DataFrame, ready: np.ndarray, new_dur: np.ndarray
     rd = base.copy()
     for _ in range(PASSES):
         new = _replay_ends(rd, new_dur, seg)
-        moved = new[dep[has_dep]] + latency[has_dep]
-        if np.allclose(moved, rd[has_dep], rtol=0.0, atol=1.0):
+        moved = base - host.shifts(new)
+        moved[has_dep] = new[dep[has_dep]] + latency[has_dep]
+        if np.allclose(moved, rd, rtol=0.0, atol=1.0):
             break
-        rd[has_dep] = moved
+        rd = moved
     new = _replay_ends(rd, new_dur, seg)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
     return old[back], new[back]
 
 
-def step_shrink(k: pd.DataFrame, ready: np.ndarray, new_dur: np.ndarray) -> float:
+class _HostWaits:
+    """The hosts' waits for their GPU (`sync` events), each tied to the stream event that ended
+    nearest its return, within WAIT_NS (a blocking copy returns a little before its copy
+    ends); and, per stream event, the last wait of its host and step that ended before the
+    host launched it (`at`)."""
+
+    def __init__(self, k: pd.DataFrame, order: np.ndarray, ends: np.ndarray, at: np.ndarray,
+                 waits: pd.DataFrame | None) -> None:
+        self.n = len(order)
+        if waits is None or waits.empty:
+            self.count = 0
+            return
+        w = pd.DataFrame({"host": waits["host"].array.codes,
+                          "step": waits["step_idx"].to_numpy(),
+                          "start": waits["start_ns"].to_numpy(np.int64),
+                          "t": waits["end_ns"].to_numpy(np.int64)}
+                         ).sort_values(["host", "step", "t"], kind="stable")
+        w["wait"] = np.arange(len(w))
+        step = k["step_idx"].to_numpy()[order]
+        hosts = k["host"].array.codes[order]
+        events = pd.DataFrame({"t": ends.astype(np.int64), "host": hosts, "step": step,
+                               "dep": np.arange(self.n)}).sort_values("t")
+        tied = pd.merge_asof(w.sort_values("t"), events, on="t", by=["host", "step"],
+                             direction="nearest", tolerance=WAIT_NS).sort_values("wait")
+        self.count = len(w)
+        self.start = w["start"].to_numpy(np.float64)
+        self.end = w["t"].to_numpy(np.float64)
+        self.dep = tied["dep"].fillna(-1).to_numpy(np.int64)
+        self.latency = np.where(self.dep >= 0, self.end - ends[np.maximum(self.dep, 0)], 0.0)
+        self.first = np.ones(self.count, bool)
+        keys = w[["host", "step"]].to_numpy()
+        self.first[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+        last = pd.merge_asof(
+            pd.DataFrame({"t": at.astype(np.int64), "host": hosts, "step": step,
+                          "row": np.arange(self.n)}).sort_values("t"),
+            w[["t", "host", "step", "wait"]].sort_values("t"),
+            on="t", by=["host", "step"], direction="backward").sort_values("row")
+        self.last = last["wait"].fillna(-1).to_numpy(np.int64)
+
+    def shifts(self, new: np.ndarray) -> np.ndarray:
+        """How much earlier each stream event's host got to its launch, with the stream events
+        ending at `new`: each wait ends when its event does (plus the same latency), or when
+        the host gets there, itself earlier by the waits before it."""
+        if not self.count:
+            return np.zeros(self.n)
+        shift = np.zeros(self.count)
+        for j in range(self.count):
+            arrival = self.start[j] - (0.0 if self.first[j] else shift[j - 1])
+            ready = (new[self.dep[j]] + self.latency[j] if self.dep[j] >= 0
+                     else arrival + self.end[j] - self.start[j])
+            shift[j] = self.end[j] - max(arrival, ready)
+        return np.where(self.last >= 0, shift[np.maximum(self.last, 0)], 0.0)
+
+
+def step_shrink(k: pd.DataFrame, launched_by: Launches, new_dur: np.ndarray,
+                waits: pd.DataFrame | None = None) -> float:
     """ns the steps shorten when the kernels take `new_dur`: per step, the latest end of all its
     streams, replayed with the old durations against the new."""
-    old, new = replay(k, ready, new_dur)
+    old, new = replay(k, launched_by, new_dur, waits)
     steps = k["step_idx"].to_numpy()
     last_old = pd.Series(old).groupby(steps).max()
     last_new = pd.Series(new).groupby(steps).max()
     return float((last_old - last_new).clip(lower=0).sum())
 
 
-def queue_delay_us(k: pd.DataFrame, ready: np.ndarray, paired: bool) -> float | None:
-    if not paired:
+def queue_delay_us(k: pd.DataFrame, launched_by: Launches) -> float | None:
+    """The median time kernels waited between their launch's return and their start (µs)."""
+    if not launched_by.paired:
         return None
-    ok = ready >= 0
-    delay = k["start_ns"].to_numpy(np.int64)[ok] - ready[ok]
+    ok = launched_by.end >= 0
+    delay = k["start_ns"].to_numpy(np.int64)[ok] - launched_by.end[ok]
     return median(np.clip(delay, 0, None)) / 1e3 if len(delay) else None

@@ -26,7 +26,7 @@ from analyzers.signals.kernel_precision import (
     is_math,
     precision_of,
 )
-from analyzers.signals.stream_replay import STREAM_KINDS, ready_times, replay
+from analyzers.signals.stream_replay import STREAM_KINDS, launches, replay
 from tests.analyzers.traces import MS, host_trace
 from tests.analyzers.xspace_builder import XSpaceBuilder
 
@@ -41,7 +41,8 @@ ELEMENTWISE = ("void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eig
 def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other_ms: float = 1.0,
                     pairs: int = 10, launch_every_ms: float | None = None,
                     cc: tuple[int, int] | None = (7, 0), correlated: bool = True,
-                    ids_per_step: bool = False, allreduce_ms: float = 0.0, steps: int = 4,
+                    ids_per_step: bool = False, allreduce_ms: float = 0.0,
+                    sync_after: int | None = None, steps: int = 4,
                     step_ms: float = 75.0) -> Path:
     """Per step, `pairs` of a GEMM and an elementwise kernel on one stream. The host launches
     them all in the step's first half millisecond (the GPU then runs them back to back, 1 µs
@@ -50,7 +51,9 @@ def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other
     count on over the window, or start over each step (`ids_per_step`: ids that repeat, as in
     several processes' or sessions' traces merged). With `allreduce_ms`, an NCCL all-reduce on
     a stream of its own follows the last kernel (it waits for the gradients: a stream event),
-    then a 1 ms update kernel on the first stream follows it; both launched with the rest."""
+    then a 1 ms update kernel on the first stream follows it; both launched with the rest. With
+    `sync_after`, the host waits in a `cudaStreamSynchronize` for the GPU after launching that
+    many pairs (a `.item()`), and launches the rest when it returns."""
     b = XSpaceBuilder()
     main = b.plane("/host:CPU").line("python3", line_id=1)
     cupti = b.plane("/host:CUPTI").line("Host Threads/1", line_id=1)
@@ -66,9 +69,16 @@ def precision_trace(tmp: Path, *, gemm: str = SGEMM, gemm_ms: float = 6.0, other
         main.event("train", t0, int(step_ms * MS) - 1000, step_num=i, _r=1)
         end = t0 + MS
         corr = 1 if ids_per_step else corr
+        resumed = t0
         for k in range(2 * pairs):
             name, ms = (gemm, gemm_ms) if k % 2 == 0 else (ELEMENTWISE, other_ms)
-            launch = (t0 + k * 20 * US if launch_every_ms is None
+            if sync_after is not None and k == 2 * sync_after:
+                waited_from = t0 + k * 20 * US
+                resumed = end + 5 * US
+                cupti.event("cudaStreamSynchronize", waited_from, resumed - waited_from)
+            launch = (max(t0 + k * 20 * US, resumed + (k - 2 * sync_after) * 20 * US)
+                      if sync_after is not None and k >= 2 * sync_after
+                      else t0 + k * 20 * US if launch_every_ms is None
                       else t0 + int((k // 2) * launch_every_ms * MS) + (k % 2) * 20 * US)
             returned = launch + 10 * US
             start = max(returned + 2 * US, end + US)
@@ -151,6 +161,15 @@ def test_kernels_that_wait_for_another_stream_move_with_it(tmp_path):
     # The all-reduce is not a kernel of the model's math: not in the FP32 shares.
     assert f.numbers["single_math_kernel_share"] == pytest.approx(60 / 71, abs=0.01)
     assert f.numbers["single_other_kernel_share"] == pytest.approx(11 / 71, abs=0.01)
+
+
+def test_a_host_waiting_for_the_gpu_launches_sooner(tmp_path):
+    """The host launches 5 pairs, waits for the GPU (a synchronize), then launches 5 more: with
+    the first GEMMs twice as fast the wait ends 15 ms sooner, and the second half follows.
+    With the launches kept where they were, only the second half's 15 ms would count."""
+    f = _finding(precision_trace(tmp_path, sync_after=5))
+    assert f is not None
+    assert f.numbers["saved_ms_per_step"] == pytest.approx(30.0, abs=0.1)
 
 
 def test_unpaired_back_to_back_kernels_are_queued(tmp_path):
@@ -252,10 +271,12 @@ def test_the_replay_gives_back_the_recorded_timeline(tmp_path, name):
     k = ctx.in_steps(kinds=STREAM_KINDS, plane=is_device_plane,
                      columns=("host", "plane", "line", "name", "kind", "step_idx", "start_ns",
                               "end_ns", "dur_ns", "correlation_id"))
-    ready, paired = ready_times(ctx, k)
-    assert paired
+    launched_by = launches(ctx, k)
+    assert launched_by.paired
     dur = k["dur_ns"].to_numpy().astype(float)
-    old, new = replay(k, ready, dur)
+    waits = ctx.in_steps(kinds=("sync",), plane=lambda p: not is_device_plane(p),
+                         columns=("host", "step_idx", "start_ns", "end_ns"))
+    old, new = replay(k, launched_by, dur, waits)
     off = np.abs(old - k["end_ns"].to_numpy())
     assert np.percentile(off, 99) <= 1_000, np.percentile(off, [50, 99, 100])
     assert np.array_equal(old, new)
