@@ -191,8 +191,8 @@ def replay(k: pd.DataFrame, launched_by: Launches, new_dur: np.ndarray,
 
 class _HostWaits:
     """The hosts' waits for their GPU (`sync` events), each tied to the stream event that ended
-    nearest its return, within WAIT_NS (a blocking copy returns a little before its copy
-    ends); and, per stream event, the last wait of its host and step that ended before the
+    within WAIT_NS of its return (a blocking copy returns a little before its copy ends); and,
+    per stream event, the last wait of its host and step that ended before the
     host launched it (`at`)."""
 
     def __init__(self, k: pd.DataFrame, order: np.ndarray, ends: np.ndarray, at: np.ndarray,
@@ -211,12 +211,17 @@ class _HostWaits:
         hosts = k["host"].array.codes[order]
         events = pd.DataFrame({"t": ends.astype(np.int64), "host": hosts, "step": step,
                                "dep": np.arange(self.n)}).sort_values("t")
-        tied = pd.merge_asof(w.sort_values("t"), events, on="t", by=["host", "step"],
-                             direction="nearest", tolerance=WAIT_NS).sort_values("wait")
         self.count = len(w)
         self.start = w["start"].to_numpy(np.float64)
         self.end = w["t"].to_numpy(np.float64)
-        self.dep = tied["dep"].fillna(-1).to_numpy(np.int64)
+        # The event that ended last before the host returned; else one ending just after that
+        # the host had queued before it began to wait (a blocking copy's own copy), never one
+        # queued after the wait.
+        before, after = (pd.merge_asof(w.sort_values("t"), events, on="t", by=["host", "step"],
+                                       direction=d, tolerance=WAIT_NS).sort_values("wait")
+                         ["dep"].fillna(-1).to_numpy(np.int64) for d in ("backward", "forward"))
+        after[(after >= 0) & (at[np.maximum(after, 0)] > self.start)] = -1
+        self.dep = np.where(before >= 0, before, after)
         self.latency = np.where(self.dep >= 0, self.end - ends[np.maximum(self.dep, 0)], 0.0)
         self.first = np.ones(self.count, bool)
         keys = w[["host", "step"]].to_numpy()
