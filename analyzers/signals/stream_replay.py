@@ -24,10 +24,11 @@ from analyzers.quantiles import median
 
 # The in_steps kinds that hold a GPU stream: kernels, collectives and copies.
 STREAM_KINDS = ("device_compute", "collective", "h2d", "d2h", "d2d")
-# Without a launch to pair, a kernel that starts within this of the previous one's end on its
-# stream waited for it (back-to-back kernels on a queued stream start 1-2 µs apart: Kineto's
-# ResNet-50 traces); a later one waited for the host.
-QUEUED_GAP_NS = 5_000
+# A stream event that starts within this of what it followed (its launch, the event before it
+# on its stream) waited for nothing else: queued kernels start 1-2 µs apart on Kineto's V100,
+# 3-5 µs in TF's GPU traces. Past it, one waited for another stream's event when one ended just
+# before, else for the GPU itself (a launched event) or for the host (an unpaired one).
+QUEUED_GAP_NS = 10_000
 # A kernel that waited beyond its launch and its own stream, starting within this of another
 # stream's kernel end on its GPU, waited for that kernel (a stream waiting on an event: the
 # gradients before their all-reduce, the all-reduce before the update).
@@ -157,22 +158,27 @@ def replay(k: pd.DataFrame, launched_by: Launches, new_dur: np.ndarray,
     prev_end[first] = floor  # what came before a stream's first kernel is another step's
     paired = r >= 0
     launched = np.where(paired, np.where(r <= start, r, np.minimum(issued, start)), floor)
-    # A kernel that started later than its launch and its stream allowed waited for something
-    # else: a kernel of another stream (an event wait: gradients before their all-reduce), or,
-    # with no such kernel just before it, the host (an unpaired kernel after a gap).
-    waited = start - np.maximum(launched, prev_end) > QUEUED_GAP_NS
+    # An event that started later than its launch and its stream allowed waited for something
+    # else: an event of another stream (an event wait: gradients before their all-reduce), or
+    # the GPU itself (TF's queued kernels start 3-5 µs, at times 10 µs and more, after the one
+    # before them: a delay that moves with the stream). An unpaired event after a gap waited
+    # for the host, or for something unknown: it keeps its start.
+    slack = start - np.maximum(launched, prev_end)
+    waited = slack > QUEUED_GAP_NS
     dep = _dependencies(k, order, start, ends, waited)
     has_dep = dep >= 0
     latency = np.where(has_dep, start - ends[np.maximum(dep, 0)], 0.0)
+    fixed = waited & ~has_dep & ~paired
     # Ready times: a launch (paired), none beyond the queue (unpaired, queued), its own start
-    # (waited for the host or for something unknown), or its dependency's end plus the same
-    # latency (recomputed as the dependency moves). What the host did comes earlier by as much
-    # as its last wait for the GPU before it ended earlier.
-    base = np.where(waited, start, np.where(paired, launched, floor))
+    # (fixed), or its dependency's end plus the same latency (its start as recorded, then
+    # recomputed as the dependency moves). What the host did comes earlier by as much as its
+    # last wait for the GPU before it ended earlier.
+    base = np.where(fixed | has_dep, start, np.where(paired, launched, floor))
     host = _HostWaits(k, order, ends, np.where(paired, launched, start), waits)
-    # The GPU's own 1-2 µs between queued kernels stays after the fix: each kernel keeps the
-    # gap before it (replayed without it, the Kineto V100 steps ran 0.2 ms ahead of the trace).
-    gap = np.where(waited | first, 0.0, np.clip(start - np.maximum(launched, prev_end), 0, None))
+    # The GPU's own delay before an event (1-2 µs between queued kernels on the V100, 3-5 µs in
+    # TF's GPU traces) stays after the fix: replayed without it, the Kineto V100 steps ran a
+    # median 0.2 ms ahead of the trace.
+    gap = np.where(has_dep | fixed, 0.0, np.clip(slack, 0, None))
     old = _replay_ends(base, dur + gap, seg)
     new_dur = np.asarray(new_dur, np.float64)[order] + gap
     rd = base.copy()
