@@ -24,7 +24,7 @@ from analyzers.after_fix import describe as describe_after_fix
 from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
 from analyzers.findings import SEVERITIES, Finding, Skipped
-from analyzers.ingest.logdir import RunData, load_run
+from analyzers.ingest.logdir import RunData, gpu_model, load_run
 from analyzers.signals.cpu_competition import cpu_share
 
 SCHEMA_VERSION = 1
@@ -239,7 +239,7 @@ def render_text(report: Report, markdown: bool = False) -> str:
         hosts = f", {hw['hosts']} of {hw['world_size']} ranks"
     if hw["host_roles"]:
         hosts += " (" + ", ".join(f"{n} {job}" for job, n in hw["host_roles"].items()) + ")"
-    models = sorted({f"{'' if name.startswith('/device:') else name + ', '}"
+    models = sorted({f"{gpu_model(name) + ', ' if gpu_model(name) else ''}"
                      f"compute capability {cc}" for name, cc in hw["gpus"].items()})
     if models:
         kind += f" ({'; '.join(models)})"

@@ -25,6 +25,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.ingest.logdir import gpu_model
 from analyzers.signals.kernel_precision import (
     HALF,
     SINGLE,
@@ -85,7 +86,7 @@ def compute_capability(ctx: Context, kernel_names: list[str]) -> tuple[tuple[int
     """The lowest compute capability of the run's GPUs and where it was read."""
     if ctx.run.gpus:
         name, cc = min(ctx.run.gpus.items(), key=lambda kv: kv[1])
-        label = "" if name.startswith("/device:") else f"{name}, "
+        label = f"{gpu_model(name)}, " if gpu_model(name) else ""
         return cc, f"{label}compute capability {cc[0]}.{cc[1]} (recorded in the trace)"
     cc = arch_from_names(kernel_names)
     if cc is None:
@@ -127,9 +128,9 @@ def detect(ctx: Context) -> Finding | None:
     saved = shrink / ctx.total_step_ns
     if saved <= 0:
         return None
-    devices = max(int(k.groupby("host", observed=True)["plane"].nunique().sum()), 1)
+    devices = max(ctx.n_devices, 1)
     step_fraction = min(float(dur[single_math].sum()) / devices / ctx.total_step_ns, 1.0)
-    single_other = float(dur[kernel & ~math & (precision == SINGLE)].sum()) / total
+    single_other = float(dur[~math & (precision == SINGLE)].sum()) / total  # kernels only
     n = ctx.n_steps
     queue = queue_delay_us(k[kernel], launched_by.select(kernel))
     paired = launched_by.paired

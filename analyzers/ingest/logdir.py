@@ -316,6 +316,12 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     return data
 
 
+def gpu_model(name: str) -> str:
+    """The GPU model a `RunData.gpus` key names: Kineto's device name, or "" for an xplane
+    device plane (`/device:GPU:0`), which records no model."""
+    return "" if name.startswith("/device:") else name
+
+
 def _plane_capabilities(plane_stats: dict[str, dict[str, object]]
                         ) -> dict[str, tuple[int, int]]:
     out = {}

@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers.after_fix import breakdown_text
+from analyzers.ingest.logdir import gpu_model
 from analyzers.report import json_value
 from dashboard import analysis, charts, ui
 
@@ -33,7 +34,7 @@ hw = d["hardware"]
 hosts = hw.get("hosts", 1)  # reports cached before the key existed lack it
 c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU'}"
           + (f" on {hosts} hosts" if hosts > 1 else ""))
-gpus = sorted({f"{'' if name.startswith('/device:') else name + ' '}(compute capability {cc})"
+gpus = sorted({f"{gpu_model(name) + ' ' if gpu_model(name) else ''}(compute capability {cc})"
                for name, cc in hw.get("gpus", {}).items()})  # reports cached before: none
 st.caption(f"{d['run_dir']} · "
            + (f"GPU: {', '.join(gpus)} · " if gpus else "")
