@@ -7,6 +7,7 @@ throughput the tuner optimizes and the speedups the analyzers estimate must not 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -144,17 +145,32 @@ def run_training(
                  for _ in range(devices.count if cfg.input_loading == "per_device" else 1)]
     _ABANDONED_ITERATORS.extend(iterators)
 
+    def unreadable(e: tf.errors.OpError) -> ValueError:
+        # A truncated or corrupt record surfaces inside TF's reader; the iterator stays in
+        # _ABANDONED_ITERATORS (its teardown can block), and the process reports and exits.
+        return ValueError(f"unreadable data in {data_path}: {_error_reason(e.message)}")
+
     def next_batch(iterator) -> Any:
         try:
             batch = next(iterator)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            # A truncated or corrupt record surfaces here, inside TF's reader; the iterator stays
-            # in _ABANDONED_ITERATORS (its teardown can block), and the process reports and exits.
-            reason = e.message.split("}} ")[-1].split(" [Op:")[0].splitlines()[0]
-            raise ValueError(f"unreadable data in {data_path}: {reason}") from None
+            raise unreadable(e) from None
         return host_casting_layer(batch) if cfg.cast == "host" else batch
 
+    # Batches the step takes as they come (one pipeline, cast in it, copies in the graph) are
+    # fetched inside the step function, as Keras does; the anti-patterns that work on the eager
+    # batch (host casting, serial copies, a pipeline per device) fetch it in Python.
+    fetch_in_step = (len(iterators) == 1 and cfg.cast != "host"
+                     and cfg.input_copy != "serial")
+
     def step() -> Any:
+        if fetch_in_step:
+            try:
+                return model.step_next(iterators[0])
+            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+                if "IteratorGetNext" not in e.message:
+                    raise
+                raise unreadable(e) from None
         batches = [next_batch(it) for it in iterators]
         if len(batches) == 1:
             dense, ids, labels = batches[0]
@@ -248,6 +264,17 @@ def run_training(
         meta["run_dir"] = str(run_dir)
         write_run_metadata(run_dir, meta)
     return meta
+
+
+def _error_reason(message: str) -> str:
+    """The reader's own words in a TF error: an eager op's follow its `{{function_node ...}}`;
+    a step function's (graph execution) precede the `[[{{node ...}}]]` line, after a
+    `(0) DATA_LOSS:` prefix when several devices report it."""
+    lines = message.splitlines()
+    for before, line in zip(lines, lines[1:], strict=False):
+        if "[[{{node" in line:
+            return re.sub(r"^\s*\(\d+\) [A-Z_]+:\s*", "", before).strip()
+    return message.split("}} ")[-1].split(" [Op:")[0].splitlines()[0]
 
 
 def _percentiles(values: list[float]) -> dict[str, float] | None:

@@ -127,10 +127,13 @@ def test_bad_data_directory_is_a_one_line_error(tmp_path):
     assert made.returncode == 0, made.stderr[-2000:]
     shard = next(data.glob("train-*"))
     shard.write_bytes(shard.read_bytes()[:5000] * 3)  # records cut mid-way: a corrupt file
-    proc = _train(tmp_path, "--data", str(data), *SMALL_RUN)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert "unreadable data" in last and "Traceback" not in proc.stderr
+    # Batches fetched in Python (host casting, serial copies), and inside the step function.
+    for where in (["--cast", "host"], ["--cast", "pipeline", "--input-copy", "distributed"]):
+        proc = _train(tmp_path, "--data", str(data), *SMALL_RUN, *where)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "unreadable data" in last and "Traceback" not in proc.stderr, where
+        assert "truncated record" in last and "Graph execution" not in last, last
 
 
 def test_bad_flags_exit_2(tmp_path):
