@@ -14,6 +14,7 @@ from reference_model.schema import Schema
 # with different seeds share one ground truth.
 _TRUTH_SEED = 20240731
 _EFFECT_TABLES = 8  # categorical features whose ids move the click probability
+_PAYLOAD_SLOTS = 1 << 20
 
 
 def _zipf_ranks(rng: np.random.Generator, n: int, card: int, a: float) -> np.ndarray:
@@ -34,9 +35,17 @@ def _truth(schema: Schema) -> dict[str, np.ndarray | list[np.ndarray]]:
 
 
 def _payload(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
-    """[n, size] uint8 of Zipf-drawn 8-byte tokens: compresses ~3x with GZIP, like text logs."""
+    """[n, size] uint8 of Zipf-drawn 8-byte tokens: compresses ~3x with GZIP, like text logs.
+
+    Tokens come from a table in which each fills round(p * 2^20) slots, at least one: the
+    distribution to 2^-20, by one integer draw per token. Binary search over the CDF
+    (`_zipf_ranks`) was 85% of generating a dataset (7.0 s against 1.7 s for 4 KiB payloads of
+    131,072 examples; same GZIP ratio, 2.97)."""
     vocab = np.random.default_rng(_TRUTH_SEED + 1).integers(0, 256, (4096, 8), dtype=np.uint8)
-    tokens = _zipf_ranks(rng, n * (-(-size // 8)), len(vocab), 1.1)
+    weights = 1.0 / np.power(np.arange(1, len(vocab) + 1, dtype=np.float64), 1.1)
+    slots = np.maximum(1, np.round(weights / weights.sum() * _PAYLOAD_SLOTS)).astype(np.int64)
+    table = np.repeat(np.arange(len(vocab), dtype=np.int16), slots)
+    tokens = table[rng.integers(0, len(table), n * (-(-size // 8)))]
     return vocab[tokens].reshape(n, -1)[:, :size]
 
 
