@@ -38,6 +38,12 @@ TAKING_TURNS = 0.2
 MIN_GIL_NOTE = 0.05
 # Main-thread work other detectors already explain.
 _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
+# A batch fetched from Python: the iterator's op run eagerly on the step thread (`for batch in
+# dataset`, or next(iterator) outside the tf.function).
+_EAGER_FETCH = ("IteratorGetNext", "IteratorGetNextAsOptional")
+# The Python between an eager fetch and the call is named, with its remedy first, from this share
+# of the per-call overhead.
+MIN_FETCH_SHARE = 0.25
 
 
 def batches_per_call(ctx: Context) -> int:
@@ -107,6 +113,14 @@ def detect(ctx: Context) -> Finding | None:
         f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
         f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
     ]
+    fetch = _eager_fetch_python(ctx, ex, fn, s, e)
+    if fetch is not None and fetch >= MIN_FETCH_SHARE * overhead:
+        evidence.append(
+            f"each call's batch is fetched from Python before it (the iterator's IteratorGetNext "
+            f"run eagerly on the training thread: `for batch in dataset`, or next(iterator) "
+            f"outside the tf.function); the Python between that fetch and the call, which "
+            f"unpacks the batch and passes it in, is {fetch:.1%} of step time "
+            "(docs/trace-signals.md, \"A batch fetched in Python\")")
     gil = gil_waits(ctx)
     if held is None and gil.share >= MIN_GIL_NOTE:
         evidence.append(
@@ -121,9 +135,15 @@ def detect(ctx: Context) -> Finding | None:
     remedy = (f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
               "loop over batches inside the tf.function (tf.range); or use a larger batch so "
               "each call does more work (seed 000).")
+    named_fetch = fetch is not None and fetch >= MIN_FETCH_SHARE * overhead
+    if named_fetch:
+        remedy = ("Fetch each batch inside the step function: pass the iterator (iter(dataset)) "
+                  "to the tf.function and call next(iterator) in it, as Keras' train function "
+                  "does. " + remedy)
     numbers = {"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
                "batches_per_call": per_call, "suggested_steps_per_call": suggest,
-               "gil_wait_fraction": numbers_gil}
+               "gil_wait_fraction": numbers_gil,
+               "eager_fetch_fraction": round(fetch, 4) if fetch is not None else None}
     if together is not None:
         numbers["workers_running_together"] = round(together, 4)
         if together < TAKING_TURNS:
@@ -147,6 +167,37 @@ def detect(ctx: Context) -> Finding | None:
         remedy=remedy,
         numbers=numbers,
     )
+
+
+def _eager_fetch_python(ctx: Context, ex, fn, s: np.ndarray, e: np.ndarray) -> float | None:
+    """Share of step time the step thread spends, uncovered by anything explained, between a
+    batch fetched eagerly and the call that takes it: from the fetch's end to the first span
+    that encloses the call (the tf.function's own Python span, whose argument handling a fetch
+    inside the function still pays). None when no call follows an eager fetch."""
+    fetch_end = np.sort(ex.loc[ex["op"].isin(_EAGER_FETCH).to_numpy(), "end_ns"].to_numpy())
+    if not len(fetch_end) or ctx.total_step_ns <= 0:
+        return None
+    c_start, c_end = fn["start_ns"].to_numpy(np.int64), fn["end_ns"].to_numpy(np.int64)
+    prev_end = np.concatenate(([np.iinfo(np.int64).min], c_end[:-1]))
+    k = np.searchsorted(fetch_end, c_start, side="right") - 1
+    ok = k >= 0
+    ok[ok] = fetch_end[k[ok]] > prev_end[ok]  # fetched since the previous call: the last such
+    if not ok.any():
+        return None
+    w_start, c_start, c_end = fetch_end[k[ok]], c_start[ok], c_end[ok]
+    line, thread = ctx.call_threads[0] if ctx.call_threads else (ctx.main_line, None)
+    spans = ctx.in_steps(line=line, thread=thread, columns=("start_ns", "end_ns")
+                         ).sort_values("start_ns")
+    sp_start, sp_end = spans["start_ns"].to_numpy(np.int64), spans["end_ns"].to_numpy(np.int64)
+    w_end = c_start.copy()
+    lo = np.searchsorted(sp_start, w_start, side="left")
+    hi = np.searchsorted(sp_start, c_start, side="right")
+    for i in np.flatnonzero(hi > lo):
+        encloses = np.flatnonzero(sp_end[lo[i]:hi[i]] >= c_end[i])
+        if len(encloses):
+            w_end[i] = sp_start[lo[i] + encloses[0]]
+    gap = (w_end - w_start) - covered_per_step(s, e, w_start, w_end)
+    return float(np.clip(gap, 0, None).sum()) / ctx.total_step_ns
 
 
 def _workers_together(ctx: Context, functions: set[str], rs: np.ndarray, re_: np.ndarray

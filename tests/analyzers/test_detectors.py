@@ -796,6 +796,53 @@ def test_no_per_call_overhead_when_the_call_fills_the_step(tmp_path):
     assert "per_step_overhead" not in by_id(analyze(run))
 
 
+def _eager_fetch_calls(gap_us: float, casts: bool = False):
+    """_small_calls' 0.5 ms call with its batch fetched from Python first: an eager
+    IteratorGetNext, `gap_us` of Python (or of conversions, `casts`), then the function's own
+    span enclosing the call."""
+    def add(b, host, main, comp, t0, i):
+        s = t0 + 400_000
+        span = s - 10_000
+        fetched = span - int(gap_us * 1000)
+        main.event("EagerLocalExecute: IteratorGetNext", fetched - 30_000, 30_000)
+        main.event("EagerKernelExecute", fetched - 25_000, 20_000)
+        if casts and gap_us:
+            main.event("convert_to_tensor", fetched, int(gap_us * 1000))
+        main.event("step_fn", span, MS // 2 + 13_000)
+        main.event("EagerLocalExecute: __inference_train_step_7", s, MS // 2 + 2000)
+        main.event("EagerKernelExecute", s + 1000, MS // 2)
+    return add
+
+
+def test_a_batch_fetched_from_python_before_each_call_is_named(tmp_path):
+    """A custom loop feeding its tf.function from `for batch in dataset`: the Python between the
+    eager fetch and the call's own span is named, with the fetch inside the function first in
+    the remedy (docs/trace-signals.md, "A batch fetched in Python")."""
+    _, run = host_trace(tmp_path, steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_eager_fetch_calls(300), readers=0, parse_ops=0)
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.3, abs=0.01)
+    assert f.remedy.startswith("Fetch each batch inside the step function")
+    assert "steps_per_execution=4" in f.remedy
+    assert any("fetched from Python" in e and "30.0%" in e for e in f.evidence), f.evidence
+    # Fetched right before the function's span: nothing between to name.
+    _, run = host_trace(tmp_path / "adjacent", steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_eager_fetch_calls(0), readers=0, parse_ops=0)
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.0, abs=0.001)
+    assert f.remedy.startswith("Run more steps per call")
+    assert not any("fetched from Python" in e for e in f.evidence)
+    # Conversions fill the gap: `convert_to_tensor_gaps`' time, not the fetch's.
+    _, run = host_trace(tmp_path / "casts", steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_eager_fetch_calls(300, casts=True), readers=0, parse_ops=0)
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.0, abs=0.001)
+    # A batch fetched inside the function (Keras, or next(iterator) in the tf.function).
+    _, run = host_trace(tmp_path / "inside", steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.5), readers=0, parse_ops=0)
+    assert by_id(analyze(run))["per_step_overhead"].numbers["eager_fetch_fraction"] is None
+
+
 # ---- device count without device planes or metadata -------------------------------------------
 
 def _replica_ops(b, host, main, comp, t0, i):
