@@ -292,9 +292,9 @@ class HybridDLRM:
         return self._step_placed(x.dense, x.ids, x.labels)
 
     def _step_next(self, iterator) -> tf.Tensor:
-        """The batch fetched inside the step, as Keras' train function does: no eager
-        IteratorGetNext and no Python packing of its tensors on each call (~3 ms a step on a
-        2-core VM whose steps took 60 ms, which read as `per_step_overhead`)."""
+        """The batch fetched inside the step, as Keras' train function does. Untraced it costs
+        what an eager fetch does; an eager fetch's Python shows in the trace as per-call
+        overhead (docs/trace-signals.md, "A batch fetched in Python")."""
         dense, ids, labels = next(iterator)
         return self._step_host(dense, ids, labels)
 

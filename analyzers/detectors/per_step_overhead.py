@@ -41,9 +41,9 @@ _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 # A batch fetched from Python: the iterator's op run eagerly on the step thread (`for batch in
 # dataset`, or next(iterator) outside the tf.function).
 _EAGER_FETCH = ("IteratorGetNext", "IteratorGetNextAsOptional")
-# The Python between an eager fetch and the call is named, with its remedy first, from this share
-# of the per-call overhead.
-MIN_FETCH_SHARE = 0.25
+# A loop that fetches the batch of at least this share of its calls from Python is a custom loop
+# fed from Python: its remedy is a loop over batches inside the function.
+MIN_FETCHED_CALLS = 0.5
 
 
 def batches_per_call(ctx: Context) -> int:
@@ -113,14 +113,17 @@ def detect(ctx: Context) -> Finding | None:
         f"{per_call} batch(es) fetched per call now; estimate: {STEPS_PER_CALL}x as many "
         f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
     ]
-    fetch = _eager_fetch_python(ctx, ex, fn, s, e)
-    if fetch is not None and fetch >= MIN_FETCH_SHARE * overhead:
+    fetched, fetch = _eager_fetch_python(ctx, ex, fn, s, e)
+    from_python = fetched >= MIN_FETCHED_CALLS
+    if from_python:
         evidence.append(
-            f"each call's batch is fetched from Python before it (the iterator's IteratorGetNext "
-            f"run eagerly on the training thread: `for batch in dataset`, or next(iterator) "
-            f"outside the tf.function); the Python between that fetch and the call, which "
-            f"unpacks the batch and passes it in, is {fetch:.1%} of step time "
-            "(docs/trace-signals.md, \"A batch fetched in Python\")")
+            f"in {fetched:.0%} of the steps the call takes a batch fetched from Python (the "
+            "iterator's IteratorGetNext run eagerly on the training thread: `for batch in "
+            "dataset`, or next(iterator) outside the tf.function), with "
+            f"{fetch:.1%} of step time between that fetch and the call; moving only the fetch "
+            "into the function trades that for the function's handling of the iterator "
+            "(no gain measured): fewer calls are the fix (docs/trace-signals.md, \"A batch "
+            "fetched in Python\")")
     gil = gil_waits(ctx)
     if held is None and gil.share >= MIN_GIL_NOTE:
         evidence.append(
@@ -135,15 +138,16 @@ def detect(ctx: Context) -> Finding | None:
     remedy = (f"Run more steps per call: Keras compile(steps_per_execution={suggest}), or "
               "loop over batches inside the tf.function (tf.range); or use a larger batch so "
               "each call does more work (seed 000).")
-    named_fetch = fetch is not None and fetch >= MIN_FETCH_SHARE * overhead
-    if named_fetch:
-        remedy = ("Fetch each batch inside the step function: pass the iterator (iter(dataset)) "
-                  "to the tf.function and call next(iterator) in it, as Keras' train function "
-                  "does. " + remedy)
+    if from_python:
+        remedy = (f"Run {suggest} steps per call: pass the iterator (iter(dataset)) to the "
+                  f"tf.function and loop over {suggest} batches inside it (for _ in "
+                  f"tf.range({suggest}): step(next(iterator))), as Keras' steps_per_execution "
+                  "does; or use a larger batch so each call does more work (seed 000).")
     numbers = {"overhead_fraction": round(overhead, 4), "run_fraction": round(run_share, 4),
                "batches_per_call": per_call, "suggested_steps_per_call": suggest,
                "gil_wait_fraction": numbers_gil,
-               "eager_fetch_fraction": round(fetch, 4) if fetch is not None else None}
+               "fetched_from_python": round(fetched, 4),
+               "eager_fetch_fraction": round(fetch, 4) if from_python else None}
     if together is not None:
         numbers["workers_running_together"] = round(together, 4)
         if together < TAKING_TURNS:
@@ -169,21 +173,24 @@ def detect(ctx: Context) -> Finding | None:
     )
 
 
-def _eager_fetch_python(ctx: Context, ex, fn, s: np.ndarray, e: np.ndarray) -> float | None:
-    """Share of step time the step thread spends, uncovered by anything explained, between a
-    batch fetched eagerly and the call that takes it: from the fetch's end to the first span
+def _eager_fetch_python(ctx: Context, ex, fn, s: np.ndarray, e: np.ndarray
+                        ) -> tuple[float, float]:
+    """The share of steps with a call whose batch the step thread fetched eagerly since the
+    previous call, and the share of step time the thread spends, uncovered by anything
+    explained, between each such fetch and its call: from the fetch's end to the first span
     that encloses the call (the tf.function's own Python span, whose argument handling a fetch
-    inside the function still pays). None when no call follows an eager fetch."""
+    inside the function still pays)."""
     fetch_end = np.sort(ex.loc[ex["op"].isin(_EAGER_FETCH).to_numpy(), "end_ns"].to_numpy())
-    if not len(fetch_end) or ctx.total_step_ns <= 0:
-        return None
+    if not len(fetch_end) or not len(fn) or ctx.total_step_ns <= 0:
+        return 0.0, 0.0
     c_start, c_end = fn["start_ns"].to_numpy(np.int64), fn["end_ns"].to_numpy(np.int64)
     prev_end = np.concatenate(([np.iinfo(np.int64).min], c_end[:-1]))
     k = np.searchsorted(fetch_end, c_start, side="right") - 1
     ok = k >= 0
     ok[ok] = fetch_end[k[ok]] > prev_end[ok]  # fetched since the previous call: the last such
     if not ok.any():
-        return None
+        return 0.0, 0.0
+    fetched = min(1.0, ok.sum() / max(ctx.n_steps, 1))  # steps, whatever else they call
     w_start, c_start, c_end = fetch_end[k[ok]], c_start[ok], c_end[ok]
     line, thread = ctx.call_threads[0] if ctx.call_threads else (ctx.main_line, None)
     spans = ctx.in_steps(line=line, thread=thread, columns=("start_ns", "end_ns")
@@ -197,7 +204,7 @@ def _eager_fetch_python(ctx: Context, ex, fn, s: np.ndarray, e: np.ndarray) -> f
         if len(encloses):
             w_end[i] = sp_start[lo[i] + encloses[0]]
     gap = (w_end - w_start) - covered_per_step(s, e, w_start, w_end)
-    return float(np.clip(gap, 0, None).sum()) / ctx.total_step_ns
+    return fetched, float(np.clip(gap, 0, None).sum()) / ctx.total_step_ns
 
 
 def _workers_together(ctx: Context, functions: set[str], rs: np.ndarray, re_: np.ndarray

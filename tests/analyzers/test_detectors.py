@@ -814,24 +814,25 @@ def _eager_fetch_calls(gap_us: float, casts: bool = False):
     return add
 
 
-def test_a_batch_fetched_from_python_before_each_call_is_named(tmp_path):
-    """A custom loop feeding its tf.function from `for batch in dataset`: the Python between the
-    eager fetch and the call's own span is named, with the fetch inside the function first in
-    the remedy (docs/trace-signals.md, "A batch fetched in Python")."""
+def test_a_custom_loop_fed_from_python_gets_the_loop_inside_the_function(tmp_path):
+    """A custom loop feeding its tf.function from `for batch in dataset` cannot use Keras'
+    steps_per_execution: the remedy is the iterator passed in and a loop over batches inside
+    the function, and the time between the eager fetch and the call's own span is reported
+    (docs/trace-signals.md, "A batch fetched in Python")."""
     _, run = host_trace(tmp_path, steps=20, step_ms=1.0, compute_ms=0.0,
                         per_step=_eager_fetch_calls(300), readers=0, parse_ops=0)
     f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["fetched_from_python"] == 1.0
     assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.3, abs=0.01)
-    assert f.remedy.startswith("Fetch each batch inside the step function")
-    assert "steps_per_execution=4" in f.remedy
+    assert f.remedy.startswith("Run 4 steps per call: pass the iterator")
+    assert "tf.range(4)" in f.remedy and "compile(" not in f.remedy
     assert any("fetched from Python" in e and "30.0%" in e for e in f.evidence), f.evidence
-    # Fetched right before the function's span: nothing between to name.
+    # Fetched right before the function's span: still a loop fed from Python, nothing between.
     _, run = host_trace(tmp_path / "adjacent", steps=20, step_ms=1.0, compute_ms=0.0,
                         per_step=_eager_fetch_calls(0), readers=0, parse_ops=0)
     f = by_id(analyze(run))["per_step_overhead"]
     assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.0, abs=0.001)
-    assert f.remedy.startswith("Run more steps per call")
-    assert not any("fetched from Python" in e for e in f.evidence)
+    assert f.remedy.startswith("Run 4 steps per call: pass the iterator")
     # Conversions fill the gap: `convert_to_tensor_gaps`' time, not the fetch's.
     _, run = host_trace(tmp_path / "casts", steps=20, step_ms=1.0, compute_ms=0.0,
                         per_step=_eager_fetch_calls(300, casts=True), readers=0, parse_ops=0)
@@ -840,7 +841,10 @@ def test_a_batch_fetched_from_python_before_each_call_is_named(tmp_path):
     # A batch fetched inside the function (Keras, or next(iterator) in the tf.function).
     _, run = host_trace(tmp_path / "inside", steps=20, step_ms=1.0, compute_ms=0.0,
                         per_step=_small_calls(0.5), readers=0, parse_ops=0)
-    assert by_id(analyze(run))["per_step_overhead"].numbers["eager_fetch_fraction"] is None
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.numbers["fetched_from_python"] == 0.0 and f.numbers["eager_fetch_fraction"] is None
+    assert f.remedy.startswith("Run more steps per call: Keras compile(steps_per_execution=4)")
+    assert not any("fetched from Python" in e for e in f.evidence)
 
 
 # ---- device count without device planes or metadata -------------------------------------------

@@ -66,8 +66,8 @@ def test_recorded_causes_and_remedies(tmp_path):
     for name in ("keras_spe1", "graph"):
         f = {f.id: f for f in _report(tmp_path / f"f{name}", f"tf2.15/{name}").findings}[
             "per_step_overhead"]
-        assert f.numbers["eager_fetch_fraction"] is None
-        assert not f.remedy.startswith("Fetch each batch"), f.remedy
+        assert f.numbers["fetched_from_python"] == 0.0, f.numbers
+        assert "steps_per_execution=4" in f.remedy and "pass the iterator" not in f.remedy
     # The step is compiled in the twins of the eager and retraced jobs.
     for twin in ("graph", "stable"):
         ids = {f.id for f in _report(tmp_path / twin, f"tf2.15/{twin}").findings}
@@ -316,5 +316,6 @@ def test_recorded_clean_preset_on_the_edge_of_an_input_wait(tmp_path, monkeypatc
     monkeypatch.setattr(per_step_overhead, "MIN_OVERHEAD", 0.0)
     f = {f.id: f for f in analyze(tmp_path).findings}["per_step_overhead"]
     assert f.numbers["overhead_fraction"] == pytest.approx(0.033, abs=0.003)
+    assert f.numbers["fetched_from_python"] == 1.0
     assert f.numbers["eager_fetch_fraction"] == pytest.approx(0.016, abs=0.002)
-    assert f.remedy.startswith("Fetch each batch inside the step function")
+    assert f.remedy.startswith("Run 4 steps per call: pass the iterator")
