@@ -422,17 +422,27 @@ class Context:
         return int(cpus) if cpus else None
 
     @cached_property
+    def cpu_limits(self) -> tuple[int | None, float | None]:
+        """The sampled process's CPU affinity (CPUs it may run on) and cgroup quota (cores),
+        each None when not recorded (sampler data before 2026-11-29) or not set."""
+        process = self.sampler_process
+        if process is None or not len(process):
+            return None, None
+        affinity = (int(process["affinity_cpus"].iloc[0])
+                    if "affinity_cpus" in process and process["affinity_cpus"].iloc[0] > 0
+                    else None)
+        quota = (float(process["cpu_quota"].iloc[0])
+                 if "cpu_quota" in process and process["cpu_quota"].iloc[0] > 0 else None)
+        return affinity, quota
+
+    @cached_property
     def usable_cpus(self) -> float | None:
         """The CPUs the sampled process could use (affinity capped by its cgroup quota), the
         machine's count for sampler data written before the sampler recorded it (2026-11-29)."""
-        process = self.sampler_process
-        usable = None if self.n_cpus is None else float(self.n_cpus)
-        if process is None or not len(process):
-            return usable
-        if "affinity_cpus" in process and process["affinity_cpus"].iloc[0] > 0:
-            usable = float(process["affinity_cpus"].iloc[0])
-        quota = float(process["cpu_quota"].iloc[0]) if "cpu_quota" in process else -1.0
-        return min(usable, quota) if quota > 0 and usable is not None else usable
+        affinity, quota = self.cpu_limits
+        usable = float(affinity) if affinity is not None else (
+            None if self.n_cpus is None else float(self.n_cpus))
+        return min(usable, quota) if quota is not None and usable is not None else usable
 
     @cached_property
     def call_threads(self) -> list[tuple[str, Thread]]:

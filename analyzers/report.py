@@ -144,6 +144,7 @@ class Report:
                          "world_size": self.run.world_size,
                          "devices": self.ctx.n_devices,
                          "cpus": self.ctx.n_cpus,
+                         **_cpu_limits(self.ctx),
                          "gpus": {name: f"{major}.{minor}"
                                   for name, (major, minor) in sorted(self.run.gpus.items())},
                          "clock_offsets_ms": {h: round(ns / 1e6, 3)
@@ -222,6 +223,25 @@ def json_value(value: object) -> object:
     return str(value)
 
 
+def _cpu_limits(ctx: Context) -> dict[str, Any]:
+    affinity, quota = ctx.cpu_limits
+    usable = ctx.usable_cpus
+    return {"affinity_cpus": affinity, "cpu_quota": None if quota is None else round(quota, 3),
+            "usable_cpus": None if usable is None else round(usable, 3)}
+
+
+def cpu_limits_text(hw: dict[str, Any]) -> str:
+    """What capped the CPUs the process could use, for the report's and the dashboard's
+    hardware lines ("affinity 1, CPU quota 0.5: 0.5 usable"); "" when nothing did."""
+    cpus, affinity, quota = hw.get("cpus"), hw.get("affinity_cpus"), hw.get("cpu_quota")
+    parts = []
+    if affinity is not None and (cpus is None or affinity < cpus):
+        parts.append(f"affinity {affinity}")
+    if quota is not None and quota < (affinity or cpus or float("inf")):
+        parts.append(f"CPU quota {quota:g}")
+    return f"{', '.join(parts)}: {hw['usable_cpus']:g} usable" if parts else ""
+
+
 def _breakdown_line(fr: dict[str, float]) -> str:
     parts = [f"{k} {v:.0%}" for k, v in sorted(fr.items(), key=lambda kv: -kv[1]) if v >= 0.005]
     return ", ".join(parts)
@@ -243,8 +263,10 @@ def render_text(report: Report, markdown: bool = False) -> str:
                      f"compute capability {cc}" for name, cc in hw["gpus"].items()})
     if models:
         kind += f" ({'; '.join(models)})"
+    limits = cpu_limits_text(hw)
     out.append(f"hardware: {kind}{hosts}"
-               f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs; "
+               f", {hw['devices']} device(s), {hw['cpus'] or '?'} CPUs"
+               f"{f' ({limits})' if limits else ''}; "
                f"sampler data: {'yes' if d['sampler'] else 'no'}")
     st = d["steps"]
     if not st["found"]:

@@ -10,7 +10,7 @@ import streamlit as st
 
 from analyzers.after_fix import breakdown_text
 from analyzers.ingest.logdir import gpu_model
-from analyzers.report import json_value
+from analyzers.report import cpu_limits_text, json_value
 from dashboard import analysis, charts, ui
 
 st.title("Diagnosis")
@@ -36,8 +36,10 @@ c4.metric("devices", f"{hw['devices']} {'GPU/TPU' if hw['accelerator'] else 'CPU
           + (f" on {hosts} hosts" if hosts > 1 else ""))
 gpus = sorted({f"{gpu_model(name) + ' ' if gpu_model(name) else ''}(compute capability {cc})"
                for name, cc in hw.get("gpus", {}).items()})  # reports cached before: none
+limits = cpu_limits_text(hw)  # reports cached before the keys existed: ""
 st.caption(f"{d['run_dir']} · "
            + (f"GPU: {', '.join(gpus)} · " if gpus else "")
+           + (f"CPUs: {hw['cpus'] or '?'} ({limits}) · " if limits else "")
            + f"sampler data: {'yes' if d['sampler'] else 'no'} · analyzed in {view.load_s:.1f} s")
 st.download_button("report.json (as `recadvisor analyze --format json`)",
                    json.dumps(d, indent=2, default=json_value), file_name="report.json",

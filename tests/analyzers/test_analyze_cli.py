@@ -312,3 +312,34 @@ def test_diff_sets_the_estimate_and_the_projection_against_the_after_run(tmp_pat
     text = capsys.readouterr().out
     assert "projected" in text.splitlines()[2]
     assert "resolved: input_preprocessing (high; est. 2.50x, measured 2.50x: +0%)" in text
+
+
+@pytest.mark.parametrize(("limits", "said", "usable"), [
+    ({"cpu_quota": 1.5}, "2 CPUs (CPU quota 1.5: 1.5 usable)", 1.5),
+    ({"affinity_cpus": 1}, "2 CPUs (affinity 1: 1 usable)", 1.0),
+    ({"affinity_cpus": 1, "cpu_quota": 0.5}, "2 CPUs (affinity 1, CPU quota 0.5: 0.5 usable)",
+     0.5),
+    ({"affinity_cpus": 2, "cpu_quota": 4.0}, "2 CPUs; sampler", 2.0),  # neither binds
+    ({}, "2 CPUs; sampler", 2.0),  # sampler data from before the limits were recorded
+])
+def test_the_hardware_line_says_what_caps_the_cpus(tmp_path, capsys, limits, said, usable):
+    """A container's CPU quota or a process pinned to fewer CPUs than the machine has is on the
+    report's hardware line and in its JSON (what idle_cores and cpu_throttling judge against)."""
+    from tests.analyzers.traces import sweeps, write_sampler
+
+    _, run = host_trace(tmp_path, wait_ms=0)
+    write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100, **limits)
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert said in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path), "--format", "json"]) == 0
+    hw = json.loads(capsys.readouterr().out)["hardware"]
+    assert hw["usable_cpus"] == usable
+    assert hw["cpu_quota"] == limits.get("cpu_quota")
+    assert hw["affinity_cpus"] == (limits.get("affinity_cpus") or (2 if limits else None))
+
+
+def test_without_sampler_data_no_cpu_limits(tmp_path, capsys):
+    host_trace(tmp_path, wait_ms=0)
+    assert main(["analyze", str(tmp_path), "--format", "json"]) == 0
+    hw = json.loads(capsys.readouterr().out)["hardware"]
+    assert (hw["affinity_cpus"], hw["cpu_quota"], hw["usable_cpus"]) == (None, None, None)

@@ -375,3 +375,20 @@ def test_diagnosis_says_what_comes_next(monkeypatch, tmp_path):
     _no_exceptions(at)
     assert ("**Next**, once `input_preprocessing` is fixed (the step 2.50x shorter): "
             "`per_step_overhead` 50% of the step (1.60x, high)") in _text(at)
+
+
+def test_diagnosis_says_what_caps_the_cpus(monkeypatch, tmp_path):
+    """A run whose process had a CPU quota: the caption says so, as the report's hardware line
+    does; a run without limits says nothing of them."""
+    from tests.analyzers.traces import host_trace, sweeps, write_sampler
+
+    for name, limits in (("quota", {"cpu_quota": 1.5}), ("free", {"affinity_cpus": 2})):
+        _, run = host_trace(tmp_path / name, wait_ms=0)
+        write_sampler(run, sweeps(100, 0, input_running=0), n_cpus=2, cpu_percent=100,
+                      **limits)
+        at = _app(monkeypatch, tmp_path, "diagnosis", run=str(run.relative_to(tmp_path)))
+        _no_exceptions(at)
+        captions = [c.value for c in at.caption]
+        assert any(f"{run.relative_to(tmp_path)}" in c for c in captions), captions
+        limited = [c for c in captions if "CPUs: 2 (CPU quota 1.5: 1.5 usable)" in c]
+        assert bool(limited) == (name == "quota"), captions
