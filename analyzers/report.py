@@ -239,7 +239,9 @@ def cpu_limits_text(hw: dict[str, Any]) -> str:
         parts.append(f"affinity {affinity}")
     if quota is not None and quota < (affinity or cpus or float("inf")):
         parts.append(f"CPU quota {quota:g}")
-    return f"{', '.join(parts)}: {hw['usable_cpus']:g} usable" if parts else ""
+    usable = hw.get("usable_cpus")
+    return (", ".join(parts) + (f": {usable:g} usable" if usable is not None else "")
+            if parts else "")
 
 
 def _breakdown_line(fr: dict[str, float]) -> str:

@@ -41,9 +41,9 @@ _EXPLAINED_KINDS = ("input_wait", "convert", "h2d", "d2h")
 # A batch fetched from Python: the iterator's op run eagerly on the step thread (`for batch in
 # dataset`, or next(iterator) outside the tf.function).
 _EAGER_FETCH = ("IteratorGetNext", "IteratorGetNextAsOptional")
-# A loop that fetches the batch of at least this share of its calls from Python is a custom loop
-# fed from Python: its remedy is a loop over batches inside the function.
-MIN_FETCHED_CALLS = 0.5
+# A loop whose calls take a batch fetched from Python in at least this share of its steps is a
+# custom loop fed from Python: its remedy is a loop over batches inside the function.
+MIN_FETCHED_STEPS = 0.5
 
 
 def batches_per_call(ctx: Context) -> int:
@@ -114,7 +114,7 @@ def detect(ctx: Context) -> Finding | None:
         f"per call pay it once for all ({1 - 1 / STEPS_PER_CALL:.0%} of it saved)",
     ]
     fetched, fetch = _eager_fetch_python(ctx, ex, fn, s, e)
-    from_python = fetched >= MIN_FETCHED_CALLS
+    from_python = fetched >= MIN_FETCHED_STEPS
     if from_python:
         evidence.append(
             f"in {fetched:.0%} of the steps the call takes a batch fetched from Python (the "

@@ -49,17 +49,17 @@ def throttling(ctx: Context) -> Throttling | None:
     if (p is None or len(p) < 2 or th is None or th.empty or not ctx.steps.found
             or not {*_COUNTERS, "cpu_quota", "cpu_percent", "system_cpu_percent"} <= set(p)):
         return None
-    quota = float(p["cpu_quota"].iloc[0])
+    affinity, quota = ctx.cpu_limits
     p = within_steps(p, ctx)
     p = p[(p[list(_COUNTERS)] >= 0).all(axis=1)].sort_values("t_ns")
-    if quota <= 0 or len(p) < 2:
+    if quota is None or len(p) < 2:
         return None
     first, last = p.iloc[0], p.iloc[-1]
     wall = (last["t_ns"] - first["t_ns"]) / 1e9
     if wall <= 0:
         return None
     n_cpus = ctx.n_cpus or 1
-    affinity = int(p["affinity_cpus"].iloc[0]) if "affinity_cpus" in p else n_cpus
+    affinity = affinity or n_cpus
     running = (th["state"].astype(str) == "R").to_numpy()
     sweeps = max(1, th["t_ns"].nunique())
     return Throttling(

@@ -343,3 +343,11 @@ def test_without_sampler_data_no_cpu_limits(tmp_path, capsys):
     assert main(["analyze", str(tmp_path), "--format", "json"]) == 0
     hw = json.loads(capsys.readouterr().out)["hardware"]
     assert (hw["affinity_cpus"], hw["cpu_quota"], hw["usable_cpus"]) == (None, None, None)
+
+
+def test_cpu_limits_text_without_a_cpu_count():
+    from analyzers.report import cpu_limits_text
+
+    assert cpu_limits_text({"cpus": None, "affinity_cpus": None, "cpu_quota": 1.5,
+                            "usable_cpus": None}) == "CPU quota 1.5"
+    assert cpu_limits_text({"cpus": 4, "gpus": {}}) == ""  # a report cached before the keys
