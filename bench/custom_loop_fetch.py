@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import time
 
-from rich.console import Console
-from rich.table import Table
+from interleaved import measure, print_table  # bench/, on sys.path when this script runs
 
 VARIANTS = ("eager_fetch", "inside", "loop4")
 PER_CALL = 4  # batches per call of `loop4`
@@ -94,23 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(f"step_ms={child(args.child, args.steps):.4f}", flush=True)
         return 0
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeats):
-        for v in VARIANTS:
-            out = subprocess.run([sys.executable, __file__, "--child", v, "--steps",
-                                  str(args.steps)], capture_output=True, text=True, timeout=600,
-                                 check=True).stdout
-            times[v].append(float(out.rsplit("step_ms=", 1)[1]))
-    base = statistics.median(times["eager_fetch"])
-    table = Table(title=f"Custom loop fed from Python: {args.steps} batches, {args.repeats} "
-                        "rounds interleaved (median; baseline: eager_fetch)")
-    for col in ("variant", "ms per batch (median)", "min-max", "speedup vs eager_fetch"):
-        table.add_column(col, justify="left" if col == "variant" else "right")
-    for v in VARIANTS:
-        med = statistics.median(times[v])
-        table.add_row(v, f"{med:.3f}", f"{min(times[v]):.3f}-{max(times[v]):.3f}",
-                      f"{base / med:.2f}x")
-    Console().print(table)
+    times = measure(__file__, VARIANTS, args.repeats, ["--steps", str(args.steps)])
+    print_table(f"Custom loop fed from Python: {args.steps} batches, {args.repeats} rounds "
+                "interleaved (median; baseline: eager_fetch)", times, "eager_fetch",
+                "ms per batch", digits=3)
     return 0
 
 

@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from interleaved import measure, print_table  # bench/, on sys.path when this script runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -75,23 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(f"step_ms={child(args.child, args.steps):.3f}", flush=True)
         return 0
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeats):
-        for v in VARIANTS:
-            out = subprocess.run([sys.executable, __file__, "--child", v, "--steps",
-                                  str(args.steps)], capture_output=True, text=True, timeout=600,
-                                 check=True).stdout
-            times[v].append(float(out.rsplit("step_ms=", 1)[1]))
-    base = statistics.median(times["loop"])
-    table = Table(title=f"Keras PyDataset remedies, {args.steps} steps, {args.repeats} rounds "
-                        f"interleaved (median; baseline: loop)")
-    for col in ("variant", "step ms (median)", "min-max", "speedup vs loop"):
-        table.add_column(col, justify="left" if col == "variant" else "right")
-    for v in VARIANTS:
-        med = statistics.median(times[v])
-        table.add_row(v, f"{med:.2f}", f"{min(times[v]):.2f}-{max(times[v]):.2f}",
-                      f"{base / med:.2f}x")
-    Console().print(table)
+    times = measure(__file__, VARIANTS, args.repeats, ["--steps", str(args.steps)])
+    print_table(f"Keras PyDataset remedies, {args.steps} steps, {args.repeats} rounds "
+                "interleaved (median; baseline: loop)", times, "loop", "step ms")
     return 0
 
 
