@@ -18,12 +18,11 @@ inside 0.825 ms (0.97x), loop4 0.537 ms (1.49x).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
-from interleaved import measure, print_table  # bench/, on sys.path when this script runs
+from interleaved import bench_main  # bench/, on sys.path when this script runs
 
 VARIANTS = ("eager_fetch", "inside", "loop4")
 PER_CALL = 4  # batches per call of `loop4`
@@ -83,19 +82,10 @@ def child(variant: str, steps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.child:
-        print(f"step_ms={child(args.child, args.steps):.4f}", flush=True)
-        return 0
-    times = measure(__file__, VARIANTS, args.repeats, ["--steps", str(args.steps)])
-    print_table(f"Custom loop fed from Python: {args.steps} batches, {args.repeats} rounds "
-                "interleaved (median; baseline: eager_fetch)", times, "eager_fetch",
-                "ms per batch", digits=3)
-    return 0
+    return bench_main(argv, script=__file__, doc=__doc__, variants=VARIANTS, child=child,
+                      steps=2000, title="Custom loop fed from Python: {steps} batches, "
+                      "{repeats} rounds interleaved (median; baseline: eager_fetch)",
+                      baseline="eager_fetch", unit="ms per batch", digits=3)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,12 @@ Each variant runs in its own process, variants interleaved over --repeats rounds
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
-from interleaved import measure, print_table  # bench/, on sys.path when this script runs
+from interleaved import bench_main  # bench/, on sys.path when this script runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -64,18 +63,10 @@ def child(variant: str, steps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.child:
-        print(f"step_ms={child(args.child, args.steps):.3f}", flush=True)
-        return 0
-    times = measure(__file__, VARIANTS, args.repeats, ["--steps", str(args.steps)])
-    print_table(f"Keras PyDataset remedies, {args.steps} steps, {args.repeats} rounds "
-                "interleaved (median; baseline: loop)", times, "loop", "step ms")
-    return 0
+    return bench_main(argv, script=__file__, doc=__doc__, variants=VARIANTS, child=child,
+                      steps=150, title="Keras PyDataset remedies, {steps} steps, {repeats} "
+                      "rounds interleaved (median; baseline: loop)", baseline="loop",
+                      unit="step ms")
 
 
 if __name__ == "__main__":
