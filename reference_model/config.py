@@ -85,6 +85,11 @@ class TrainConfig:
     # or inherits TF_NUM_INTRAOP_THREADS=1, gets: the `idle_cores` finding).
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    # Batches each call of the step function trains on, in a tf.range loop inside it (what
+    # Keras' steps_per_execution does): the call's fixed host cost (Python loop, argument
+    # handling, dispatch) is paid once for all of them. A step of the run (its step marker, its
+    # time, --steps) is one call. Needs the batch fetched inside the function (fetches_in_step).
+    steps_per_call: int = 1
     # --- model ---
     embedding_dim: int = 16
     bottom_mlp: tuple[int, ...] = (64, 32)
@@ -132,6 +137,14 @@ class TrainConfig:
                     f"--{name.replace('_', '-')} {value} must be -1 (AUTOTUNE), 0 (sequential) "
                     f"or between 1 and --{cap_name.replace('_', '-')} ({cap})"
                 )
+        if self.steps_per_call < 1:
+            raise ValueError("--steps-per-call must be >= 1")
+        if self.steps_per_call > 1 and not self.fetches_in_step:
+            raise ValueError(
+                "--steps-per-call above 1 loops over batches inside the step function, which "
+                "needs them fetched there: not with --cast host, --input-copy serial or "
+                "--input-loading per_device"
+            )
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0: TF's choice)")
@@ -152,6 +165,18 @@ class TrainConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
         if self.measure_steps == 0 and self.profile_steps == 0:
             raise ValueError("nothing to run: --measure-steps and --profile-steps are both 0")
+
+    @property
+    def fetches_in_step(self) -> bool:
+        """Whether the step function fetches its batch itself, as Keras' train function does.
+        The anti-patterns that work on the eager batch (host casting, serial copies, a pipeline
+        per device) fetch it in Python."""
+        return (self.cast != "host" and self.input_copy != "serial"
+                and self.input_loading != "per_device")
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.batch_size * self.steps_per_call
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -227,6 +252,7 @@ _MEANING = {
     "prefetch": "-1 AUTOTUNE, 0 none",
     "intra_op_threads": "0 sized by TF",
     "inter_op_threads": "0 sized by TF",
+    "steps_per_call": "batches per call of the step function",
 }
 
 

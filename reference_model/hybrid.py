@@ -292,11 +292,17 @@ class HybridDLRM:
         return self._step_placed(x.dense, x.ids, x.labels)
 
     def _step_next(self, iterator) -> tf.Tensor:
-        """The batch fetched inside the step, as Keras' train function does. Untraced it costs
-        what an eager fetch does; an eager fetch's Python shows in the trace as per-call
-        overhead (docs/trace-signals.md, "A batch fetched in Python")."""
-        dense, ids, labels = next(iterator)
-        return self._step_host(dense, ids, labels)
+        """The batch fetched inside the step, as Keras' train function does; steps_per_call
+        batches in a loop. Untraced one fetch inside costs what an eager fetch does; an eager
+        fetch's Python shows in the trace as per-call overhead (docs/trace-signals.md, "A batch
+        fetched in Python"). Returns the last batch's loss."""
+        if self.cfg.steps_per_call == 1:
+            return self._step_host(*next(iterator))
+        # A graph loop, as Keras' steps_per_execution runs: one call, one dispatch, k batches.
+        loss = tf.zeros([], tf.float32)
+        for _ in tf.range(self.cfg.steps_per_call):
+            loss = self._step_host(*next(iterator))
+        return loss
 
     def _predict(self, dense, ids) -> tf.Tensor:
         emb_outs = []

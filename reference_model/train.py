@@ -157,14 +157,8 @@ def run_training(
             raise unreadable(e) from None
         return host_casting_layer(batch) if cfg.cast == "host" else batch
 
-    # Batches the step takes as they come (one pipeline, cast in it, copies in the graph) are
-    # fetched inside the step function, as Keras does; the anti-patterns that work on the eager
-    # batch (host casting, serial copies, a pipeline per device) fetch it in Python.
-    fetch_in_step = (len(iterators) == 1 and cfg.cast != "host"
-                     and cfg.input_copy != "serial")
-
     def step() -> Any:
-        if fetch_in_step:
+        if cfg.fetches_in_step:
             try:
                 return model.step_next(iterators[0])
             except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
@@ -234,7 +228,7 @@ def run_training(
                 "sampler": win.sampler_info,
             }
     auc = evaluate_auc(model, manifest, cfg) if evaluate else None
-    samples_per_s = cfg.batch_size * measured / measure_s if measured else None
+    samples_per_s = cfg.samples_per_step * measured / measure_s if measured else None
     meta: dict[str, Any] = {
         "tool": "recadvisor.reference_model",
         "preset": preset,

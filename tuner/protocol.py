@@ -36,7 +36,7 @@ def decode(line: str) -> dict[str, Any] | None:
     return msg if isinstance(msg, dict) and "event" in msg else None
 
 
-def steady_rate(batch_size: int, elapsed: list[float]) -> float | None:
+def steady_rate(samples_per_step: int, elapsed: list[float]) -> float | None:
     """Samples/s over the last three quarters of the timed steps.
 
     The first steps after warm-up drain batches that prefetch buffered while the model was
@@ -48,4 +48,4 @@ def steady_rate(batch_size: int, elapsed: list[float]) -> float | None:
     k = n // 4
     t0 = elapsed[k - 1] if k else 0.0
     span = elapsed[-1] - t0
-    return batch_size * (n - k) / span if span > 0 else None
+    return samples_per_step * (n - k) / span if span > 0 else None

@@ -249,6 +249,9 @@ class Tuner:
         frozen, implied = _frozen_by_data(s.data_dir)
         start = s.start.replace(**implied)
         start.validate()
+        if start.input_loading == "per_device":
+            frozen = {**frozen, "steps_per_call": "a pipeline per device (--input-loading "
+                      "per_device) is fetched in Python, one batch a call"}
         space, notes = SearchSpace.load(s.space_file).resolve(
             start, accelerator=self.hw.accelerator, accelerator_count=self.hw.count,
             frozen=frozen)

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         if t - last[0] >= every:
             last[0] = t
             _emit({"event": "progress", "steps": steps, "elapsed_s": round(t, 4),
-                   "samples_per_s": cfg.batch_size * steps / t})
+                   "samples_per_s": cfg.samples_per_step * steps / t})
 
     started = time.time()
     try:
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
         print(f"error: {type(e).__name__}: {one_line(e)}"[:500], file=sys.stderr, flush=True)
         return 2 if user_error else 1
-    steady = protocol.steady_rate(cfg.batch_size, elapsed)
+    steady = protocol.steady_rate(cfg.samples_per_step, elapsed)
     _emit({"event": "result", "samples_per_s": steady, "overall_samples_per_s":
            meta["samples_per_s"], "steps": len(elapsed), "step_time_ms": meta["step_time_ms"],
            "run_dir": meta.get("run_dir"), "devices": meta.get("devices"),

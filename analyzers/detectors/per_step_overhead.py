@@ -14,21 +14,18 @@ an accelerator, host overhead costs only what the device sits idle.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.gil_returns import MIN_WAIT_NS
+from analyzers.signals.batches import batches_per_step
 from analyzers.signals.executions import PREFIX, executions, graph_builds
 from analyzers.signals.gil import gil_waits, input_holds_gil
 from analyzers.steps import covered_during, covered_ns, covered_per_step
 
 ID = "per_step_overhead"
 MIN_OVERHEAD = 0.10
-# One per batch the step reads (consumer side of the iterator, in or outside the function).
-_FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute)$")
 STEPS_PER_CALL = 4
 # Parameter-server workers that run their steps together less than this share of the time
 # take turns (measured: 0% when the coordinator fetches every step's result, 85-99% when it
@@ -44,12 +41,6 @@ _EAGER_FETCH = ("IteratorGetNext", "IteratorGetNextAsOptional")
 # A loop whose calls take a batch fetched from Python in at least this share of its steps is a
 # custom loop fed from Python: its remedy is a loop over batches inside the function.
 MIN_FETCHED_STEPS = 0.5
-
-
-def batches_per_call(ctx: Context) -> int:
-    """Batches each train-function call reads (Keras steps_per_execution reads several)."""
-    fetches = ctx.in_steps(name=_FETCH.match, columns=("host",))
-    return max(1, round(len(fetches) / ctx.worker_steps(fetches["host"])))
 
 
 def detect(ctx: Context) -> Finding | None:
@@ -96,7 +87,7 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.has_accelerator:
         saved = min(saved, 1.0 - ctx.fractions.get("device_compute", 0.0))
     run_share = covered_ns(rs, re_) / total_ns
-    per_call = batches_per_call(ctx)
+    per_call = batches_per_step(ctx)
     suggest = per_call * STEPS_PER_CALL
     step_ms = ctx.steps.median_step_ns() / 1e6
     together = _workers_together(ctx, set(fn["op"]), rs, re_)
@@ -170,7 +161,23 @@ def detect(ctx: Context) -> Finding | None:
         evidence=evidence,
         remedy=remedy,
         numbers=numbers,
+        config_changes=_trainer_changes(ctx, suggest),
     )
+
+
+def _trainer_changes(ctx: Context, steps_per_call: int) -> dict[str, int]:
+    """For a reference-trainer run whose step function fetches its own batches: that many per
+    call (--steps-per-call loops inside the function, which needs the fetch there; the runs that
+    fetch in Python have findings of their own that move the fetch)."""
+    if not ctx.config or ctx.ps_hosts:
+        return {}
+    from reference_model.config import TrainConfig
+
+    try:
+        cfg = TrainConfig.from_dict(ctx.config)
+    except (TypeError, ValueError):
+        return {}
+    return {"steps_per_call": steps_per_call} if cfg.fetches_in_step else {}
 
 
 def _eager_fetch_python(ctx: Context, ex, fn, s: np.ndarray, e: np.ndarray

@@ -18,6 +18,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_codes_map, cat_mask, present_values
 from analyzers.findings import heaviest_events
+from analyzers.signals.batches import batches_per_step
 from analyzers.signals.preprocessing_ops import CAUSE_IDS, cause_codes
 from analyzers.steps import covered_ns, merge_intervals
 
@@ -72,6 +73,7 @@ class InputPipeline:
     file_reads_per_step: float  # whole files read by map functions (tf.io.read_file), per host
     file_read_ms_per_step: float
     files_opened_per_step: float  # reader iterators made in the median step, per host: files opened
+    batches_per_step: int  # the counts above are per step; per batch they say what a batch is
     records_per_file: float | None  # record-reader calls per file opened (record readers)
     files: list[str]  # the files readers opened during the profile, where the trace names them
     top_events: list[dict]  # the heaviest map-function ops and reader stages, by name
@@ -189,6 +191,7 @@ def _analyze(ctx: Context) -> InputPipeline:
         file_reads_per_step=per_step(is_file_op, int(is_file_op.sum())),
         file_read_ms_per_step=per_step(is_file_op, float(dur.sum(where=is_file_op)) / 1e6),
         files_opened_per_step=opened,
+        batches_per_step=batches_per_step(ctx),
         # Each file's last reader call finds its end: one call per record, plus one.
         records_per_file=max(records / len(opens) - 1, 0.0) if len(opens) and records else None,
         files=_files_opened(ctx),
@@ -283,17 +286,19 @@ MIN_PYTHON_SHARE_OF_WAIT = 0.2
 # records give one per batch and replica (4-5 per step in the trainer's prebatched presets), one
 # example per record gives the batch size (1,024-4,096 in the `example` presets and a Keras job
 # reading tf.train.Example files; docs/trace-signals.md, "Jobs that are not ours").
-MIN_RECORDS_PER_STEP = 64
-# Whole files read per step beyond which each holds an example (or a few): a Keras job over 8,192
+MIN_RECORDS_PER_BATCH = 64
+# Whole files read per batch beyond which each holds an example (or a few): a Keras job over 8,192
 # 260-byte files read 259 a step at batch 256 (docs/trace-signals.md, "Jobs that are not ours").
 # A file per batch, or a handful of shards, stays far below.
-MIN_FILES_PER_STEP = 16
-# Input files opened per step beyond which each holds less than half a step's data: every open
-# makes a reader iterator (and its interleave element) on the input threads and reaches storage
-# before the first record. A Keras job over 1,024 one-record files opened 7-8 a step (1.7x the
-# untraced step of the same data in 8 files); the reference trainer's 16 shards none (mean 0.4-0.5)
-# (docs/trace-signals.md, "Jobs that are not ours").
-MIN_OPENS_PER_STEP = 2.0
+MIN_FILES_PER_BATCH = 16
+# Input files opened per batch beyond which each holds less than half a batch: every open makes a
+# reader iterator (and its interleave element) on the input threads and reaches storage before
+# the first record. A Keras job over 1,024 one-record files opened 7-8 a step (1.7x the untraced
+# step of the same data in 8 files); the reference trainer's 16 shards none (mean 0.4-0.5), and 2
+# a step with 4 batches per call (docs/trace-signals.md, "Jobs that are not ours").
+MIN_OPENS_PER_BATCH = 2.0
+# Parse ops per batch beyond which records are parsed one example at a time.
+MIN_PARSE_OPS_PER_BATCH = 16
 # Share of the map-function ops' time (and of the input wait) in formatting integer ids as text
 # to hash them beyond which it is named: an integer hash does the same for a fraction
 # (docs/trace-signals.md, "Preprocessing ops in the step").
@@ -352,20 +357,26 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
             f"({pipe.python_ms_per_step:.1f} ms) from {source}{per}: they run under the GIL, "
             "so num_parallel_calls barely parallelizes them")
     parsing = ""
-    if pipe.parse_ops_per_step >= 16:
+    k = pipe.batches_per_step
+    # Counts that say what a batch is made of are judged per batch (signals/batches.py).
+    batches = f"; {k} batches a step" if k > 1 else ""
+    if pipe.parse_ops_per_step / k >= MIN_PARSE_OPS_PER_BATCH:
         parsing = (f"{pipe.parse_ops_per_step:.0f} parse ops per step "
-                   f"({pipe.parse_ms_per_step:.1f} ms): records are parsed one example at a time")
+                   f"({pipe.parse_ms_per_step:.1f} ms{batches}): records are parsed one example "
+                   "at a time")
     elif pipe.map_before_batch and not python:
         parsing = ("the map function runs once per example (map before batch), "
                    f"{pipe.input_op_ms_per_step:.1f} ms of map ops per step")
-    if pipe.file_reads_per_step >= MIN_FILES_PER_STEP:
+    if pipe.file_reads_per_step / k >= MIN_FILES_PER_BATCH:
         # Per-example parsing follows from per-example files: packing them fixes both.
         causes["per_example_files"] = (
             f"{pipe.file_reads_per_step:.0f} files read per step by tf.io.read_file "
-            f"({pipe.file_read_ms_per_step:.1f} ms in ReadFile ops): one file per example, each "
+            f"({pipe.file_read_ms_per_step:.1f} ms in ReadFile ops{batches}): one file per "
+            "example, each "
             "opened, read and closed on its own and carried through the map function alone"
             + (f"; {pipe.parse_ops_per_step:.0f} parse ops per step, one per file "
-               f"({pipe.parse_ms_per_step:.1f} ms)" if pipe.parse_ops_per_step >= 16 else ""))
+               f"({pipe.parse_ms_per_step:.1f} ms)"
+               if pipe.parse_ops_per_step / k >= MIN_PARSE_OPS_PER_BATCH else ""))
     elif parsing:
         causes["per_example_parsing"] = parsing
     hashing = pipe.ints_as_strings_ms_per_step
@@ -376,16 +387,16 @@ def pipeline_causes(ctx: Context, pipe: InputPipeline) -> dict[str, str]:
             f"integer ids formatted as strings to be hashed in the map functions (AsString + "
             f"StringToHashBucketFast, fused or not): {hashing:.1f} ms per step, "
             f"{hashing / pipe.input_op_ms_per_step:.0%} of the map-function ops' time")
-    if pipe.files_opened_per_step >= MIN_OPENS_PER_STEP:
+    if pipe.files_opened_per_step / k >= MIN_OPENS_PER_BATCH:
         held = ("" if pipe.records_per_file is None else
                 f", {pipe.records_per_file:.1f} record(s) in each")
         causes["small_files"] = (
-            f"{pipe.files_opened_per_step:g} input files opened per step (median){held}: small "
-            "files, "
-            "each a new reader iterator set up on the input threads and a new open and first read "
-            "from storage before its records flow")
-    if pipe.records_per_step >= MIN_RECORDS_PER_STEP:
-        records = (f"{pipe.records_per_step:.0f} records read per step, each passed one at a time "
+            f"{pipe.files_opened_per_step:g} input files opened per step (median{batches})"
+            f"{held}: small files, each a new reader iterator set up on the input threads and a "
+            "new open and first read from storage before its records flow")
+    if pipe.records_per_step / k >= MIN_RECORDS_PER_BATCH:
+        records = (f"{pipe.records_per_step:.0f} records read per step{batches}, each passed one "
+                   "at a time "
                    "through every stage up to the batch: one example per record")
         if "per_example_parsing" in causes:
             causes["per_example_parsing"] += f"; {records}"

@@ -229,6 +229,31 @@ def test_few_records_per_step_are_prebatched(tmp_path):
     assert "io_stall" in f and "input_preprocessing" not in f
 
 
+def _batches(k: int, inner):
+    """`k` batches a step (a loop inside the train function, Keras' steps_per_execution): the
+    main thread's fetch and `k - 1` more on an executor thread, then `inner`'s events."""
+    def add(b, host, main, comp, t0, i):
+        line = host.line("tf_inter_op/90", line_id=90)
+        for j in range(1, k):
+            line.event("IteratorGetNextOp::DoCompute", t0 + 61 * MS + j * 100_000, 50_000)
+        inner(b, host, main, comp, t0, i)
+    return add
+
+
+@pytest.mark.parametrize("per_step, cause", [
+    (_files_opened(8), "small_files"),  # a file a batch
+    (_records(80), "per_example_records"),  # 10 prebatched records a batch
+], ids=["files", "records"])
+def test_what_a_batch_is_made_of_is_counted_per_batch(tmp_path, per_step, cause):
+    """The same opens or records per step, read by one batch a step or by 8: per batch they
+    say the files are small or the records hold an example; over 8 batches they do not."""
+    _, one = host_trace(tmp_path / "one", wait_ms=60, per_step=per_step)
+    assert cause in by_id(analyze(one))["input_preprocessing"].numbers["causes"]
+    _, eight = host_trace(tmp_path / "eight", wait_ms=60, per_step=_batches(8, per_step))
+    found = by_id(analyze(eight))
+    assert "input_preprocessing" not in found and "io_stall" in found, found
+
+
 def test_per_example_records_fold_into_per_example_parsing(tmp_path):
     """Parsed one example at a time as well: one cause, its evidence counting the records."""
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5,
@@ -784,6 +809,25 @@ def test_small_steps_pay_per_call_overhead(tmp_path):
     _, run = host_trace(tmp_path / "spe", steps=20, step_ms=1.0, compute_ms=0.0,
                         per_step=_small_calls(0.5, fetches=8), readers=0, parse_ops=0)
     assert by_id(analyze(run))["per_step_overhead"].numbers["suggested_steps_per_call"] == 32
+
+
+@pytest.mark.parametrize("config, changes", [
+    ({"steps_per_call": 2}, {"steps_per_call": 8}),  # 2 batches a call now: 4x as many
+    # Host casting fetches in Python (no loop inside the function): its own finding moves it.
+    ({"steps_per_call": 1, "cast": "host"}, {}),
+])
+def test_the_reference_trainers_steps_per_call(tmp_path, config, changes):
+    import json
+
+    _, run = host_trace(tmp_path, steps=20, step_ms=1.0, compute_ms=0.0,
+                        per_step=_small_calls(0.5, fetches=config["steps_per_call"]),
+                        readers=0, parse_ops=0)
+    (run / "recadvisor_run.json").write_text(json.dumps({"config": config}))
+    f = by_id(analyze(run))["per_step_overhead"]
+    assert f.config_changes == changes
+    assert (f.fix_command is not None) == bool(changes)
+    if changes:
+        assert "--steps-per-call 8" in f.fix_command
 
 
 def test_no_per_call_overhead_when_the_call_fills_the_step(tmp_path):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.detectors.per_step_overhead import batches_per_call
 from analyzers.report import analyze
+from analyzers.signals.batches import batches_per_step
 from analyzers.signals.input_pipeline import analyze_input_pipeline, file_opens
 from analyzers.signals.os_sampler import io_threads
 from recadvisor.capture.cpu_limits import usable_cpus
@@ -133,7 +133,7 @@ def test_per_call_overhead_of_small_keras_steps(foreign):
     eight = analyze(foreign("keras_spe8"))
     assert windows(eight) == 12  # one step per call of 8 batches
     # What the suggestion scales by, checked whether or not the finding clears its threshold.
-    assert batches_per_call(eight.ctx) == 8
+    assert batches_per_step(eight.ctx) == 8
     found = {f.id: f for f in eight.findings}
     assert "io_stall" not in found and "io_stall" not in one
     if "per_step_overhead" in found:

@@ -63,6 +63,11 @@ def test_config_file_errors(tmp_path):
         ({"map_parallelism": -2}, "--map-parallelism must be -1"),
         ({"prefetch": -3}, "--prefetch must be -1"),
         ({"intra_op_threads": -1}, "--intra-op-threads must be >= 0"),
+        ({"steps_per_call": 0}, "--steps-per-call must be >= 1"),
+        # A loop over batches inside the step function needs them fetched there.
+        ({"steps_per_call": 2, "cast": "host"}, "not with --cast host"),
+        ({"steps_per_call": 2, "input_copy": "serial"}, "not with --cast host"),
+        ({"steps_per_call": 2, "input_loading": "per_device"}, "not with --cast host"),
     ],
 )
 def test_invalid_combinations(changes, message):
@@ -116,3 +121,10 @@ def test_flag_help_says_what_minus_one_and_zero_mean():
     assert helps["cfg_prefetch"] == "(-1 AUTOTUNE, 0 none; default 2)"
     assert helps["cfg_cycle_length"] == "(default 4)"
     assert helps["cfg_inter_op_threads"] == "(0 sized by TF; default 0)"
+
+
+def test_steps_per_call_counts_samples_per_step():
+    cfg = TrainConfig().replace(batch_size=2048, steps_per_call=4)
+    cfg.validate()
+    assert cfg.fetches_in_step and cfg.samples_per_step == 8192
+    assert not TrainConfig().replace(cast="host").fetches_in_step

@@ -50,7 +50,8 @@ def _train(tmp_path: Path, *args: str, timeout: int = 600) -> subprocess.Complet
 @pytest.mark.slow
 def test_clean_run_learns_and_writes_a_profiled_logdir(tmp_path):
     logdir = tmp_path / "logdir"
-    # 16 epochs-worth of small steps: enough for the synthetic label's signal to be learned.
+    # 16 epochs-worth of small batches: enough for the synthetic label's signal to be learned,
+    # two a step in a loop inside the step function (--steps-per-call).
     proc = _train(
         tmp_path,
         "--preset",
@@ -61,14 +62,18 @@ def test_clean_run_learns_and_writes_a_profiled_logdir(tmp_path):
         "--json",
         *SMALL_RUN,
         "--measure-steps",
-        "200",
+        "100",
+        "--steps-per-call",
+        "2",
         "--train-examples",
         "65536",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta = json.loads(proc.stdout)
     assert meta["eval_auc"] > 0.6
-    assert meta["samples_per_s"] > 0 and meta["step_time_ms"]["p50"] > 0
+    assert meta["samples_per_s"] == pytest.approx(
+        2 * 1024 * meta["measured_steps"] / meta["measured_s"], rel=0.01)
+    assert meta["step_time_ms"]["p50"] > 0
     run_dir = Path(meta["run_dir"])
     assert run_dir.parent == logdir / "plugins" / "profile"
     assert list(run_dir.glob("*.xplane.pb"))
@@ -80,6 +85,11 @@ def test_clean_run_learns_and_writes_a_profiled_logdir(tmp_path):
     assert win["end_unix_ns"] - win["start_unix_ns"] >= 1.5e9
     assert win["sampler"]["samples"] >= 30
     assert (run_dir / METADATA_FILE).exists()
+    # Each profiled step (a call) reads both batches.
+    from analyzers.report import analyze
+    from analyzers.signals.batches import batches_per_step
+
+    assert batches_per_step(analyze(logdir).ctx) == 2
 
 
 @pytest.mark.slow
@@ -128,7 +138,8 @@ def test_bad_data_directory_is_a_one_line_error(tmp_path):
     shard = next(data.glob("train-*"))
     shard.write_bytes(shard.read_bytes()[:5000] * 3)  # records cut mid-way: a corrupt file
     # Batches fetched in Python (host casting, serial copies), and inside the step function.
-    for where in (["--cast", "host"], ["--cast", "pipeline", "--input-copy", "distributed"]):
+    for where in (["--cast", "host"], ["--cast", "pipeline", "--input-copy", "distributed"],
+                  ["--steps-per-call", "2"]):
         proc = _train(tmp_path, "--data", str(data), *SMALL_RUN, *where)
         assert proc.returncode == 2, proc.stderr[-2000:]
         last = proc.stderr.strip().splitlines()[-1]

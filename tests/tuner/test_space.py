@@ -127,3 +127,15 @@ def test_numeric_knob_round_trips(tmp_path):
     assert knob.high == 0.5 and any("starting value" in n for n in notes)
     back = SearchSpace.from_dict(resolved.to_dict())
     assert back.knobs[0].distribution() == knob.distribution()
+
+
+def test_steps_per_call_is_tuned_only_where_the_step_fetches_its_batches():
+    space, _ = SearchSpace.load().resolve(get_preset("clean").config(), accelerator="CPU",
+                                          accelerator_count=2)
+    start = get_preset("clean").config()
+    for changes in ({"steps_per_call": 4}, {"cast": "host", "steps_per_call": 4},
+                    {"input_copy": "serial", "steps_per_call": 4}):
+        ch = space.config_changes(changes, start.to_dict())
+        cfg = start.replace(**ch)
+        cfg.validate()  # a loop inside the function where the batch is fetched in Python: 1
+        assert cfg.steps_per_call == (4 if len(changes) == 1 else 1)
