@@ -166,6 +166,9 @@ _CALL_OPS = frozenset({"RemoteCall", "PartitionedCall", "StatefulPartitionedCall
 _TORCH_OP = re.compile(r"^(aten|autograd|c10d|_c10d_functional|torchvision|quantized|prim|"
                        r"fbgemm)::")
 _SEND_RECV = re.compile(r"^(_Send|_Recv|_HostSend|_HostRecv|Send|Recv)\b")
+# XLA:CPU's thunk executor marks each thunk's completion with a consumer TraceMe of its own,
+# `end: <hlo op>`, 0.1-1 µs: a marker, not work (docs/trace-signals.md, "XLA on the CPU").
+XLA_THUNK_END = "end: "
 
 
 # Row block for the passes over the whole event table: their temporaries stay a few MB each
@@ -267,6 +270,8 @@ def classify(name: str, op_type: str, device: bool, line_cls: str) -> str:
     if _CONVERT.match(name):
         return "convert"
     if _FRAMEWORK.match(name) or op_type in _CALL_OPS:
+        return "framework"
+    if line_cls == "tf_pool" and name.startswith(XLA_THUNK_END):
         return "framework"
     if op_type != name or (line_cls == "tf_pool" and "::" not in name) or _TORCH_OP.match(name):
         return "host_op"

@@ -6,6 +6,11 @@ with the executor's own time (ExecutorState::Process and friends not covered by 
 executor threads) a visible share. The step-driving thread's dispatch around each call is not
 counted here: that is `per_step_overhead`, which more ops per call would not change. XLA fusion or
 fused tables remove about half of that overhead (an assumption, stated).
+
+XLA:CPU's thunks (the HLO fusions and dots of a compiled cluster, `MatMul_1.16`,
+`multiply_add_fusion.23`: named without a `:Type`) are compiled already, and XLA's runtime around
+them (`CpuExecutable::`, `ThunkExecutor::`) is no executor overhead fusion removes: neither is
+counted (docs/trace-signals.md, "XLA on the CPU").
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import line_class
+from analyzers.events import cat_mask, line_class
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.quantiles import median
 from analyzers.steps import CATEGORIES, covered_outside, merge_intervals, other_runs_work
@@ -39,6 +44,8 @@ MIN_OVERHEAD = 0.01
 # tensors, so it does not count) (docs/trace-signals.md, "Signals the detectors key on").
 MIN_LOOKUPS_TO_FUSE = 4
 _LOOKUP = re.compile(r":ResourceGather$")
+# XLA:CPU's runtime running a compiled cluster's thunks (TF 2.21).
+_XLA_RUNTIME = re.compile(r"^(CpuExecutable|ThunkExecutor)::")
 _REMEDY = {
     "tensorflow": ("Compile the step with XLA (tf.function(jit_compile=True), or Keras "
                    "compile(jit_compile=True)) so fused kernels replace chains of small ops"),
@@ -68,7 +75,12 @@ def detect(ctx: Context) -> Finding | None:
         limit_us = MAX_HOST_OP_US
         overhead = None  # measured below, once the ops look small enough to matter
         what = "torch ops" if ctx.framework == "pytorch" else "TF ops"
-    ops = ctx.in_steps(kinds=(kind,), columns=("host", "plane", "name", "dur_ns"))
+    ops = ctx.in_steps(kinds=(kind,), columns=("host", "plane", "line", "name", "dur_ns"))
+    thunks = 0.0
+    if not ctx.has_accelerator and _xla_ran(ctx):
+        compiled = _xla_thunks(ops)
+        thunks = int(compiled.sum()) / ctx.worker_steps(ops["host"])
+        ops = ops[~compiled]
     per_step = len(ops) / ctx.worker_steps(ops["host"])
     # Each GPU launches its own kernels: the count that says they are many is one GPU's (of
     # those running kernels in the steps).
@@ -99,6 +111,11 @@ def detect(ctx: Context) -> Finding | None:
                 f"{small.mean():.0%} of them under {limit_us:g} µs",
                 f"launch/executor time not covered by any op: {overhead:.1%} of the step",
                 f"estimate assumes fusion removes {RECOVERABLE:.0%} of it"]
+    if thunks:
+        evidence.append(f"{thunks:.0f} XLA thunks per step not counted: part of the step is "
+                        f"compiled already; the {what} above run outside it")
+        remedy = ("Compile the rest of the step too: jit_compile=True on the outer "
+                  "tf.function, so its ops join the compiled clusters")
     if fuse:
         evidence.append(f"{tables:g} embedding lookup ops (ResourceGather) per device: "
                         "likely one per table")
@@ -113,7 +130,8 @@ def detect(ctx: Context) -> Finding | None:
         remedy=remedy + ".",
         numbers={"ops_per_step": round(per_step, 1), "median_op_us": round(median_us, 2),
                  "overhead_fraction": round(overhead, 4),
-                 "lookup_ops_per_device": round(tables, 2)},
+                 "lookup_ops_per_device": round(tables, 2),
+                 "xla_thunks_per_step": round(thunks, 1)},
         top_events=heaviest_events(ops, where=small),
         config_changes=changes,
     )
@@ -142,12 +160,31 @@ def _executor_overhead(ctx: Context) -> float:
     fs, fe = _merged(ctx, ("framework", "launch"),
                      lambda n: line_class(n) != "tf_data" and n not in calling, host)
     os_, oe = _merged(ctx, _ABOVE_FRAMEWORK, host=host)
+    if _xla_ran(ctx):
+        rs, re_ = _xla_runtime(ctx, host)
+        os_, oe = np.concatenate([os_, rs]), np.concatenate([oe, re_])
     # Session.run calls from other threads (queue runners) run their executors on the same
     # threads: their framework time is input work, not this step's dispatch.
     xs, xe = other_runs_work(ctx.events, ctx.steps.thread)
     os_, oe = np.concatenate([os_, xs]), np.concatenate([oe, xe])
     total = ctx.total_step_ns
     return covered_outside(fs, fe, os_, oe) / total if total > 0 else 0.0
+
+
+def _xla_ran(ctx: Context) -> bool:
+    return any(_XLA_RUNTIME.match(n) for n in ctx.present("name"))
+
+
+def _xla_thunks(ops: pd.DataFrame) -> np.ndarray:
+    """XLA:CPU thunks among host ops: on TF's pools, named without a `:Type` (TF op events are
+    `scope/op:Type`, torch ops `aten::...`); only where XLA's runtime ran."""
+    return (cat_mask(ops["name"], lambda n: ":" not in n)
+            & cat_mask(ops["line"], lambda n: line_class(n) == "tf_pool"))
+
+
+def _xla_runtime(ctx: Context, host: str | None) -> tuple[np.ndarray, np.ndarray]:
+    df = ctx.in_steps(name=_XLA_RUNTIME.match, host=host, columns=("start_ns", "end_ns"))
+    return merge_intervals(df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
 
 
 def _merged(ctx: Context, kinds: tuple[str, ...], line=None,

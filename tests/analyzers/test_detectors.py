@@ -587,6 +587,47 @@ def test_dispatch_on_the_step_thread_is_not_launch_overhead(tmp_path):
     assert f is None or f.step_fraction < 0.01
 
 
+def _xla_step(tf_ops: int):
+    """XLA:CPU running a compiled cluster of 200 thunks a step (HLO names, no `:Type`, each
+    with the `end: <op>` marker its completion writes) in `ThunkExecutor::Execute` spans of
+    100 µs on an Eigen thread, under `CpuExecutable::ExecuteAsyncOnStream`; and `tf_ops` TF
+    ops outside it, as _tiny_ops runs them (before the cluster)."""
+    tiny = _tiny_ops(on_main=False)
+
+    def add(b, host, main, comp, t0, i):
+        if tf_ops:
+            tiny(b, host, main, comp, t0, i)
+        eigen = host.line("tf_numa_-1_Eigen/21", line_id=21)
+        host.line("tf_Compute/14", line_id=14).event(
+            "CpuExecutable::ExecuteAsyncOnStream", t0 + 45 * MS, 200 * 100_000)
+        for k in range(200):
+            s = t0 + 45 * MS + k * 100_000
+            eigen.event("ThunkExecutor::Execute", s, 100_000)
+            eigen.event(f"multiply_add_fusion.{k}", s + 1000, 5000)
+            eigen.event(f"end: multiply_add_fusion.{k}", s + 6000, 300)
+    return add
+
+
+def test_xla_thunks_are_compiled_already(tmp_path):
+    """200 small XLA thunks a step, with XLA's runtime between them: nothing for XLA to fuse
+    (the reference trainer's clean step read "377 small TF ops", 360 of them XLA's)."""
+    _, run = host_trace(tmp_path, compute_ms=10, per_step=_xla_step(tf_ops=0))
+    report = analyze(run)
+    assert "kernel_launch_overhead" not in by_id(report)
+    kinds = report.ctx.events.groupby("name", observed=True)["kind"].first()
+    assert kinds["end: multiply_add_fusion.3"] == "framework"
+    assert kinds["multiply_add_fusion.3"] == "host_op"
+    # TF ops outside the compiled cluster are counted; the remedy compiles the rest.
+    _, run = host_trace(tmp_path / "both", compute_ms=10, per_step=_xla_step(tf_ops=200))
+    f = by_id(analyze(run))["kernel_launch_overhead"]
+    _, alone = host_trace(tmp_path / "alone", compute_ms=10, per_step=_tiny_ops(on_main=False))
+    without = by_id(analyze(alone))["kernel_launch_overhead"]
+    assert f.numbers["ops_per_step"] == without.numbers["ops_per_step"]
+    assert f.numbers["xla_thunks_per_step"] == 200
+    assert f.step_fraction == pytest.approx(without.step_fraction, abs=0.005)
+    assert "Compile the rest of the step" in f.remedy
+
+
 def _tiny_ops_and_lookups(tables: int, replicas: int = 1):
     """As _tiny_ops, with `tables` embedding lookups (ResourceGather) among the ops, on each of
     `replicas` MirroredStrategy replicas (`replica_<r>/` ops, none for replica 0)."""
