@@ -13,10 +13,13 @@ For each preset P:
 4. xprof's overview-page conclusion on OUT/P, in a subprocess.
 
 Other findings at medium/high are listed as false positives; `clean` passes when it has none.
-Samples/s come from one run each and are noisy (about +-10% on a 2-core machine). RECADVISOR_CACHE
-is passed through to the trainer (dataset cache). The rows also go to OUT/diagnosis.json.
+Samples/s come from one run each and are noisy (about +-10% on a 2-core machine); by default over
+the preset's 60 timed steps, which is a quarter of a second of `small_batches`: `--measure-seconds
+S` times every run (preset, fix, clean) for S seconds instead. RECADVISOR_CACHE is passed through
+to the trainer (dataset cache). The rows also go to OUT/diagnosis.json.
 
     .venv/bin/python bench/diagnosis.py [--presets clean,io_stall] [--out DIR] [--reuse]
+        [--measure-seconds S]
 """
 
 from __future__ import annotations
@@ -197,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="reuse logdirs already in OUT (preset and fixed runs) instead of training")
     ap.add_argument("--timeout", type=int, default=400, help="seconds per training run")
     ap.add_argument("--xprof-timeout", type=int, default=300)
+    ap.add_argument("--measure-seconds", type=float, metavar="S",
+                    help="time every run's samples/s over S seconds, whatever its step time "
+                    "(default: the preset's 60 steps, 0.25 s for small_batches)")
     args = ap.parse_args(argv)
     names = [n for n in args.presets.split(",") if n]
     for n in names:
@@ -204,21 +210,26 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown preset {n!r}; choose from: {', '.join(PRESETS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    timed = (["--measure-steps", "1000000", "--measure-seconds", f"{args.measure_seconds:g}"]
+             if args.measure_seconds else [])
     repro = shlex.join(["python", "bench/diagnosis.py", "--presets", ",".join(names),
-                        "--out", str(out)] + (["--reuse"] if args.reuse else []))
+                        "--out", str(out)] + (["--reuse"] if args.reuse else [])
+                       + (["--measure-seconds", f"{args.measure_seconds:g}"]
+                          if args.measure_seconds else []))
 
     clean_run: dict | None = None
 
     def clean_fixed() -> dict:
         nonlocal clean_run
         if clean_run is None:
-            clean_run = train(["--preset", "clean"], out / "clean", True, args.timeout)
+            clean_run = train(["--preset", "clean", *timed], out / "clean", True,
+                              args.timeout)
         return clean_run
 
     rows = []
     for name in names:
         preset = PRESETS[name]
-        base = train(["--preset", name], out / name, args.reuse, args.timeout)
+        base = train(["--preset", name, *timed], out / name, args.reuse, args.timeout)
         if name == "clean" and "samples_per_s" in base:
             clean_run = base
         report = analyze(out / name, args.xprof_timeout) if "samples_per_s" in base else base
@@ -252,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             row["estimated"] = est
             row["remedy_command"] = cmd
             if cmd:
-                fixed = train(remedy_args(cmd), out / f"{name}-fixed-{fid}", args.reuse,
-                              args.timeout)
+                fixed = train([*remedy_args(cmd), *timed], out / f"{name}-fixed-{fid}",
+                              args.reuse, args.timeout)
                 row["fixed_by"] = "remedy"
             else:
                 fixed = clean_fixed()

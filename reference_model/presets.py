@@ -67,6 +67,13 @@ _ALL = [
            "(evicted from the page cache, readahead off)",
            {"evict_page_cache": True, "cycle_length": 16, "interleave_parallelism": 16,
             "threadpool": 48, "reader_buffer_kb": 4}, ("dstate_threads",)),
+    # Seed 000: "increase the batch size to reduce the # of calls between the host and devices".
+    # At 128 a step computes ~4 ms and the call's fixed host cost (the Python loop, argument
+    # handling, dispatch: ~0.6 ms) is 13-15% of it; records of 128 rows, as prebatched data
+    # for that batch would be written.
+    Preset("small_batches", "batches of 128: each step's fixed host cost around the call "
+           "(Python loop, dispatch) is a large share of a ~4 ms step",
+           {"batch_size": 128, "rows_per_record": 128}, ("per_step_overhead",)),
     # Not from the seeds: the CPU-host counterpart of an idle accelerator, common where a job
     # sets its pools for determinism or inherits TF_NUM_INTRAOP_THREADS=1.
     Preset("capped_pools", "TF's intra- and inter-op thread pools set to one thread each",

@@ -666,6 +666,7 @@ _NAMED_AT_ANY_SEVERITY = {
                                              ("string_hashing", "preprocessing_in_step"),
                                              ("per_device_input", "duplicated_input"),
                                              ("capped_pools", "idle_cores"),
+                                             ("small_batches", "per_step_overhead"),
                                              ("clean", None)])
 def test_reference_presets(tmp_path, dataset_cache, preset, expected):
     env = {**os.environ, "RECADVISOR_CACHE": dataset_cache}
@@ -691,6 +692,8 @@ def test_reference_presets(tmp_path, dataset_cache, preset, expected):
         assert expected in strong, report.findings
         fix = next(f for f in report.findings if f.id == expected).fix_command
         assert fix and fix.startswith("recadvisor train")
+        if preset == "small_batches":  # the loop inside the call, not a change of batch size
+            assert "--steps-per-call 4" in fix and "--batch-size 128" in fix, fix
 
 
 def _strong(report) -> dict[str, str]:
