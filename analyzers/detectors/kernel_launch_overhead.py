@@ -172,7 +172,8 @@ def _executor_overhead(ctx: Context) -> float:
 
 
 def _xla_ran(ctx: Context) -> bool:
-    return any(_XLA_RUNTIME.match(n) for n in ctx.present("name"))
+    return ctx.memo("xla_cpu_ran",
+                    lambda: any(_XLA_RUNTIME.match(n) for n in ctx.present("name")))
 
 
 def _xla_thunks(ops: pd.DataFrame) -> np.ndarray:
