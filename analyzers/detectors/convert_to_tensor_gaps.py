@@ -6,13 +6,15 @@ Each is a small synchronous op the step waits for (seed 000's casting layer). Co
 `tf.function-graph_building` are graph construction while tracing (`function_retracing`'s
 business), not per-step tensor creation: they are left out. In a step that runs eagerly the
 conversions are part of `eager_execution`'s saving (tf.function removes them with the rest), so
-this detector stands down there.
+this detector stands down there. The Python between the conversions of a burst (a casting
+layer's own code) is counted with them (signals/conversion_bursts.py).
 """
 
 from __future__ import annotations
 
 from analyzers.context import Context
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.conversion_bursts import conversion_bursts
 from analyzers.signals.eager_dispatch import eager_dispatch
 from analyzers.signals.executions import graph_builds
 from analyzers.steps import inside
@@ -42,6 +44,11 @@ def detect(ctx: Context) -> Finding | None:
         return None
     casts = int((conv["name"] == "EagerLocalExecute: Cast").sum() / worker_steps)
     step_ms = ctx.steps.median_step_ns() / 1e6
+    events_share = share
+    bursts = conversion_bursts(ctx)
+    total = ctx.total_step_ns
+    glue = float(bursts.glue_ns[~bursts.copies].sum()) / total if total > 0 else 0.0
+    share += glue
     changes = {"cast": "pipeline"} if ctx.config and ctx.config.get("cast") == "host" else {}
     return Finding(
         id=ID,
@@ -51,13 +58,14 @@ def detect(ctx: Context) -> Finding | None:
         evidence=[
             f"{per_step:.0f} host-side conversions per step on the training thread "
             f"({casts} eager Casts), {share:.1%} of step time exposed "
-            f"({share * step_ms:.2f} ms of a {step_ms:.1f} ms step)",
+            f"({share * step_ms:.2f} ms of a {step_ms:.1f} ms step): {events_share:.1%} in the "
+            f"conversions, {glue:.1%} in the Python between them (the code that makes them)",
         ],
         remedy=("Produce tensors in tf.data in the dtype the model consumes (cast in a batched "
                 "map, or store the features as float32/int32), and keep per-step Python free of "
                 "tf.constant/convert_to_tensor calls."),
         numbers={"conversions_per_step": round(per_step, 1), "eager_casts_per_step": casts,
-                 "exposed_fraction": round(share, 4)},
+                 "exposed_fraction": round(share, 4), "between_fraction": round(glue, 4)},
         top_events=heaviest_events(conv),
         config_changes=changes,
     )

@@ -20,6 +20,7 @@ from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.gil_returns import MIN_WAIT_NS
 from analyzers.signals.batches import batches_per_step
+from analyzers.signals.conversion_bursts import conversion_bursts
 from analyzers.signals.executions import PREFIX, executions, graph_builds
 from analyzers.signals.gil import gil_waits, input_holds_gil
 from analyzers.steps import covered_during, covered_ns, covered_per_step
@@ -57,8 +58,13 @@ def detect(ctx: Context) -> Finding | None:
     other = ctx.in_steps(kinds=_EXPLAINED_KINDS, line=ctx.main_line, thread=ctx.steps.thread,
                          columns=("start_ns", "end_ns"))
     primitive = ex[~ex["function"]]
-    s = np.concatenate([rs, primitive["start_ns"].to_numpy(), other["start_ns"].to_numpy()])
-    e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy()])
+    # The Python between a burst's conversions is the code that makes them (a casting layer's,
+    # a copy loop's): theirs, not the call's.
+    bursts = conversion_bursts(ctx)
+    s = np.concatenate([rs, primitive["start_ns"].to_numpy(), other["start_ns"].to_numpy(),
+                        bursts.start_ns])
+    e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy(),
+                        bursts.end_ns])
     # Waits for the GIL held by the input pipeline's Python are `input_preprocessing`'s.
     held = input_holds_gil(ctx)
     if held is not None:

@@ -559,6 +559,48 @@ def test_convert_gaps_absent_with_few_conversions(tmp_path):
     assert "convert_to_tensor_gaps" not in by_id(analyze(run))
 
 
+def _casting_layer(n: int, event_ms: float, python_ms: float, op: str = "Cast",
+                   start_ms: float = 87.0, call_after: int | None = None):
+    """A casting layer from `start_ms` into the step (after its call): `n` eager `op`
+    executions of `event_ms`, each after `python_ms` of its own Python; with `call_after`, a
+    tf.function call starts after that many of them."""
+    def add(b, host, main, comp, t0, i):
+        t = t0 + int(start_ms * MS)
+        for k in range(n):
+            if k == call_after:
+                main.event("EagerLocalExecute: __inference_eval_9", t, MS // 10)
+                t += MS // 5
+            t += int(python_ms * MS)
+            main.event(f"EagerLocalExecute: {op}", t, int(event_ms * MS))
+            t += int(event_ms * MS)
+    return add
+
+
+def test_the_python_between_a_bursts_conversions_is_theirs(tmp_path):
+    """After an 86 ms call, 20 casts of 0.1 ms, each after 0.45 ms of the casting layer's
+    Python, in 100 ms steps: 2% of the step in the casts and 8.55% between them (19 gaps) is
+    convert_to_tensor_gaps', not per-call overhead (which it was: 11.5%, medium)."""
+    _, run = host_trace(tmp_path, compute_ms=86, per_step=_casting_layer(20, 0.1, 0.45))
+    found = by_id(analyze(run))
+    f = found["convert_to_tensor_gaps"]
+    assert f.numbers["between_fraction"] == pytest.approx(0.0855, abs=0.002)
+    assert f.step_fraction == pytest.approx(0.1055, abs=0.004)
+    assert "per_step_overhead" not in found
+    # A call between them splits the burst: the Python around the call is not the casts'.
+    _, run = host_trace(tmp_path / "call", compute_ms=86,
+                        per_step=_casting_layer(20, 0.1, 0.45, call_after=10))
+    split = by_id(analyze(run))["convert_to_tensor_gaps"]
+    assert split.numbers["between_fraction"] == pytest.approx(0.081, abs=0.002)
+    # Gaps longer than a casting layer's are no burst.
+    _, run = host_trace(tmp_path / "far", compute_ms=60,
+                        per_step=_casting_layer(10, 0.1, 2.5, start_ms=61))
+    assert by_id(analyze(run))["convert_to_tensor_gaps"].numbers["between_fraction"] == 0
+    # A loop of per-device copies (DeepCopy) is serialized_h2d's, its Python too.
+    _, run = host_trace(tmp_path / "copies", compute_ms=86,
+                        per_step=_casting_layer(20, 0.1, 0.45, op="DeepCopy"))
+    assert by_id(analyze(run))["convert_to_tensor_gaps"].numbers["between_fraction"] == 0
+
+
 # ---- kernel_launch_overhead on CPU ---------------------------------------------------------------
 
 def _tiny_ops(on_main: bool):
