@@ -26,6 +26,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.findings import Finding, speedup_from_saving
+from analyzers.signals.step_waits import step_input_waits
 from analyzers.steps import covered_per_step
 
 ID = "straggler_worker"
@@ -39,7 +40,6 @@ SEPARATE = 0.5
 # the wait it causes.
 CAUSE_SHARE = 0.5
 _COMPUTE = ("host_op", "device_compute")
-_PRODUCER_LINES = ("tf_data_multi_device_iterator",)
 _SAME_WORK = (
     "The workers run the same model on equal batches, so one that computes longer is on a "
     "slower or busier machine (other processes on it, fewer or throttled cores, a slower GPU) "
@@ -132,8 +132,7 @@ def _parts(ctx: Context, compute: pd.DataFrame, hosts: np.ndarray, top: int,
     running the get-next op inside a tf.function (a custom loop's `next(it)`); a
     MultiDeviceIterator's own thread pulls ahead of the step, a producer
     (docs/trace-signals.md, "Several hosts")."""
-    waits = ctx.in_steps(kinds=("input_wait",), line=lambda n: not n.startswith(_PRODUCER_LINES),
-                         columns=("host", "start_ns", "end_ns"))
+    waits = step_input_waits(ctx, ("host", "start_ns", "end_ns"))
     parts = {"compute": _per_host_step(ctx, compute, hosts),
              "input": _per_host_step(ctx, waits, hosts)}
     rest = np.arange(len(hosts)) != top

@@ -20,6 +20,7 @@ from analyzers.events import cat_codes_map, cat_mask, present_values
 from analyzers.findings import heaviest_events
 from analyzers.signals.batches import batches_per_step
 from analyzers.signals.preprocessing_ops import CAUSE_IDS, cause_codes
+from analyzers.signals.step_waits import step_input_waits
 from analyzers.steps import covered_ns, merge_intervals
 
 _PARSE_OPS = re.compile(r"^(ParseExample|ParseExampleV2|ParseSingleExample|ParseSequenceExample\w*|"
@@ -233,8 +234,7 @@ def input_wait_ranges(ctx: Context, top: int = 5, also: tuple[np.ndarray, np.nda
                       ) -> list[tuple[float, float]]:
     """The longest input waits (with the intervals `also`, [start, end) ns, among them), as
     (start, end) in ms from the trace start."""
-    w = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
-                     columns=("start_ns", "end_ns"))
+    w = step_input_waits(ctx, ("start_ns", "end_ns"))
     s, e = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     if also is not None:
         s, e = np.concatenate([s, also[0]]), np.concatenate([e, also[1]])

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import EndTimes, cat_mask, is_device_plane
+from analyzers.signals.step_waits import step_input_waits
 from analyzers.steps import inside, inside_merged, merge_intervals
 
 INPUT_PREFIXES = ("tf_data",)
@@ -212,8 +213,9 @@ def _core_sharing(ctx: Context) -> CoreSharing | None:
     sweep_ts, sweep_of = np.unique(th["ts_ns"].to_numpy(), return_inverse=True)
     t = np.zeros(len(sweep_ts), np.int64)
     t[sweep_of] = th["t_ns"].to_numpy(np.int64)
-    waits = ctx.in_steps(kinds=("input_wait",), line=ctx.main_line or None,
-                         host=ctx.sampler_host, columns=("start_ns", "end_ns"))
+    # Wherever the step waits: inside a tf.function the get-next op runs on an executor
+    # thread, and the Python thread's call covers the wait and the model alike.
+    waits = step_input_waits(ctx, ("start_ns", "end_ns"), host=ctx.sampler_host)
     in_wait = inside(t, waits["start_ns"].to_numpy(np.int64), waits["end_ns"].to_numpy(np.int64))
     model_runs = ~in_wait
     if model_runs.sum() < MIN_SHARING_SWEEPS:

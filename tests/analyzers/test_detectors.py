@@ -474,6 +474,25 @@ def test_exposed_wait_estimate_counts_the_models_ops_freed_from_the_producers(tm
                if e.startswith("estimate:"))
 
 
+def test_contention_phases_follow_a_wait_inside_the_train_function(tmp_path):
+    """The batch fetched inside the train function: the wait runs on an executor thread while
+    the Python thread sits in the call. The sweeps during it are still the wait's, not the
+    model's (they were: 2 of 6 runnable threads read as the model's, a 1.0x slowdown instead of
+    1.5x, and the reference `per_example` preset's estimate fell from ~9x to 6.6x)."""
+    from analyzers.context import Context
+    from analyzers.ingest.logdir import load_run
+    from analyzers.signals.os_sampler import core_sharing
+
+    for where, fetch_in_call in (("python", False), ("call", True)):
+        _, run = host_trace(tmp_path / where, wait_ms=80, compute_ms=18, parse_ops=40,
+                            fetch_in_call=fetch_in_call)
+        write_sampler(run, sweeps(100, 80, input_running=2, intra_op=3), n_cpus=2)
+        sharing = core_sharing(Context.build(load_run(run)))
+        assert sharing.sweeps < 30, where  # the model's ~20 of 100 sweeps
+        assert sharing.waking_threads == pytest.approx(4.0, abs=0.05), where
+        assert sharing.slowdown == pytest.approx(1.5, rel=0.03), where
+
+
 def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_path):
     """Three intra-op threads run with the model's ops but write no trace events: the trace
     alone sees one model thread among 6 runnable (a 3x slowdown); the threads that run only

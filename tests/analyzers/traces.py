@@ -36,12 +36,15 @@ def host_trace(
     compute_op: str = "MatMul",
     clock_ns: int = 0,
     first_step: int = 0,
+    fetch_in_call: bool = False,
 ) -> tuple[XSpaceBuilder, Path]:
     """A CPU-only training trace: each step waits `wait_ms` in the iterator on the Python thread,
     then runs 20 `compute_op` ops for `compute_ms` on a compute thread
     (`tf_Compute/<compute_line>`); tf.data readers (interleave elements, each with a short
     TFRecord read) run concurrently. `clock_ns`: the host's clock that far ahead of the others';
-    `first_step`: the number its first step marker carries."""
+    `first_step`: the number its first step marker carries; `fetch_in_call`: the batch is
+    fetched inside the train function (Keras' train function, a custom loop's next() in the
+    tf.function): the wait runs on an executor thread, within the Python thread's call."""
     b = XSpaceBuilder(DEFAULT_PROFILE_START_NS + clock_ns)
     host = b.plane("/host:CPU")
     main = host.line("python3", line_id=1)
@@ -54,11 +57,14 @@ def host_trace(
     for i in range(steps):
         t0 = int(i * step_ms * MS)
         main.event("train", t0, int(step_ms * MS) - 1000, step_num=first_step + i, _r=1)
+        waiter = host.line("tf_Compute/15", line_id=15) if fetch_in_call else main
         if wait_ms:
-            main.event("IteratorGetNextOp::DoCompute", t0 + MS // 2, int(wait_ms * MS))
-            main.event(pipeline.split("::BatchV2")[0], t0 + MS // 2, int(wait_ms * MS))
+            waiter.event("IteratorGetNextOp::DoCompute", t0 + MS // 2, int(wait_ms * MS))
+            waiter.event(pipeline.split("::BatchV2")[0], t0 + MS // 2, int(wait_ms * MS))
         c0 = t0 + MS // 2 + int(wait_ms * MS)
-        main.event("EagerLocalExecute: __inference_train_step_42", c0, int(compute_ms * MS))
+        call0 = t0 + MS // 2 if fetch_in_call else c0
+        main.event("EagerLocalExecute: __inference_train_step_42", call0,
+                   c0 + int(compute_ms * MS) - call0)
         n_ops = 20
         for k in range(n_ops):
             comp.event(f"dense_{k}/{compute_op}:{compute_op}",
