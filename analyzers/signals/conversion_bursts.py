@@ -27,8 +27,7 @@ from analyzers.steps import inside
 MAX_GAP_NS = 2_000_000
 # The step thread's own work that ends a burst.
 _BREAKS = ("input_wait", "host_op", "collective", "d2h", "launch", "sync")
-
-
+# A conversion that copies an input to a device: the burst is a per-device copy loop.
 _COPY = "EagerLocalExecute: DeepCopy"
 
 

@@ -656,6 +656,12 @@ _NAMED_AT_ANY_SEVERITY = {
 }
 
 
+# duplicated_input needs files opened by both pipelines in the window: each of the 16 shards
+# lasts two steps, and with 130 ms steps (a busy machine) a 1.5 s window opened 8 files, the
+# least it acts on; one CI run's slower window had fewer and no finding (2026-11-29).
+_WINDOW = {"per_device_input": ("--profile-seconds", "3")}
+
+
 # gzip is seen only through CPU contention (no input wait on 2 cores): it needs the sampler,
 # which the trainer's profile window now records.
 @pytest.mark.parametrize("preset,expected", [("io_stall", "io_stall"),
@@ -671,7 +677,8 @@ _NAMED_AT_ANY_SEVERITY = {
 def test_reference_presets(tmp_path, dataset_cache, preset, expected):
     env = {**os.environ, "RECADVISOR_CACHE": dataset_cache}
     subprocess.run([sys.executable, "-m", "recadvisor.cli", "train", "--preset", preset,
-                    "--logdir", str(tmp_path / preset), "--no-progress", "--steps", "20"],
+                    "--logdir", str(tmp_path / preset), "--no-progress", "--steps", "20",
+                    *_WINDOW.get(preset, ())],
                    check=True, timeout=400, env=env, capture_output=True)
     report = analyze(tmp_path / preset)
     if preset == "dstate_io":
