@@ -16,8 +16,7 @@ from analyzers.context import Context
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.conversion_bursts import conversion_bursts
 from analyzers.signals.eager_dispatch import eager_dispatch
-from analyzers.signals.executions import graph_builds
-from analyzers.steps import inside
+from analyzers.signals.executions import while_tracing
 
 ID = "convert_to_tensor_gaps"
 MIN_PER_STEP = 4
@@ -30,10 +29,8 @@ def detect(ctx: Context) -> Finding | None:
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None, host=ctx.step_host,
                         columns=("host", "name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
-    builds = graph_builds(ctx)
-    if len(builds) and len(conv):
-        tracing = inside(conv["start_ns"].to_numpy(), builds["start_ns"].to_numpy(),
-                         builds["end_ns"].to_numpy())
+    tracing = while_tracing(ctx, conv["start_ns"].to_numpy())
+    if tracing.any():
         all_ns = float(conv["dur_ns"].sum())
         conv = conv[~tracing]
         # The breakdown's exposed convert time, less the tracing part.

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.signals.executions import executions, graph_builds
-from analyzers.steps import inside
+from analyzers.signals.executions import executions, while_tracing
 
 # Longer than the casting layer's longest gap (1.1 ms), far shorter than a step worth profiling.
 MAX_GAP_NS = 2_000_000
@@ -52,10 +51,7 @@ def _bursts(ctx: Context) -> Bursts:
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line, host=ctx.step_host,
                         columns=("name", "start_ns", "end_ns", "step_idx")
                         ).sort_values("start_ns")
-    builds = graph_builds(ctx)
-    if len(builds) and len(conv):
-        conv = conv[~inside(conv["start_ns"].to_numpy(), builds["start_ns"].to_numpy(),
-                            builds["end_ns"].to_numpy())]
+    conv = conv[~while_tracing(ctx, conv["start_ns"].to_numpy())]
     if len(conv) < 2:
         return empty
     s = conv["start_ns"].to_numpy(np.int64)

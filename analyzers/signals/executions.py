@@ -11,6 +11,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING
+from analyzers.steps import inside
 
 PREFIX = "EagerLocalExecute: "
 KERNEL = "EagerKernelExecute"
@@ -31,6 +32,15 @@ def graph_builds(ctx: Context) -> pd.DataFrame:
     return ctx.memo("graph_builds", lambda: ctx.in_steps(
         name=GRAPH_BUILDING.__eq__, host=ctx.step_host,
         columns=("step_idx", "start_ns", "end_ns")))
+
+
+def while_tracing(ctx: Context, start_ns: np.ndarray) -> np.ndarray:
+    """Which of these times fall in graph building (tf.function tracing): conversions made there
+    are graph construction, not per-step tensor creation."""
+    builds = graph_builds(ctx)
+    if not len(builds) or not len(start_ns):
+        return np.zeros(len(start_ns), bool)
+    return inside(start_ns, builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
 
 
 def _executions(ctx: Context) -> pd.DataFrame:
