@@ -30,7 +30,6 @@ NO_SAMPLER = ("no OS sampler data in this run (capture it with `recadvisor captu
 
 MIN_AGREEMENT = 0.3  # phi correlation of "thread running" and "line busy" over the samples
 MIN_MARGIN = 0.15  # over the best line of any other role
-_BLOCKING = ("BlockUntilReady",)
 
 
 def _phi(a: np.ndarray, b: np.ndarray) -> float:
@@ -94,7 +93,7 @@ def thread_roles(ctx: Context, th: pd.DataFrame) -> dict[int, str]:
 
 def _lines_busy_at(ctx: Context, t: np.ndarray) -> dict[str, np.ndarray]:
     """Per host trace line: at each instant of `t`, whether the line is inside an event other
-    than an input wait or a blocking call."""
+    than an input wait."""
     return {line: inside_merged(t, s, e) for line, (s, e) in _busy_spans(ctx).items()}
 
 
@@ -116,7 +115,8 @@ def _line_spans(ctx: Context) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         # other hosts' lines of the same name (tf_Compute/11 on every worker) would merge in.
         keep &= cat_mask(ev["host"], lambda h: h == ctx.sampler_host)
     keep &= cat_mask(ev["kind"], lambda k: k != "input_wait")
-    keep &= cat_mask(ev["name"], lambda n: n not in _BLOCKING)
+    # XLA:CPU's BlockUntilReady stays busy: the thread that waits in it for its cluster was in R
+    # at every sampler sweep (docs/trace-signals.md, "Input producers slow the model's ops").
     codes = ev["line"].array.codes
     start, end = ev["start_ns"].to_numpy(), EndTimes(ev)
     order, grouped = None, codes

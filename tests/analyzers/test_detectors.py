@@ -518,6 +518,31 @@ def test_model_threads_the_trace_does_not_show_are_counted_from_the_sampler(tmp_
     assert sharing.slowdown == pytest.approx(3.0, rel=0.03)
 
 
+def test_a_thread_waiting_for_its_xla_cluster_is_a_model_thread(tmp_path):
+    """XLA:CPU runs a cluster's thunks on an Eigen thread while the executor thread that
+    launched it sits in `BlockUntilReady`; that thread is runnable throughout (every sampler
+    sweep of the reference presets), so it counts among the model's threads: 3 of them beside
+    2 runnable producers, 5 runnable on 2 cores, a 5/3 slowdown. Counted as asleep, 2 threads
+    would read 2.5x."""
+    from analyzers.context import Context
+    from analyzers.ingest.logdir import load_run
+    from analyzers.signals.os_sampler import core_sharing
+
+    def cluster(b, host, main, comp, t0, i):
+        start, dur = t0 + MS // 2, 97 * MS
+        host.line("tf_Compute/12", line_id=12).event("BlockUntilReady", start, dur)
+        eigen = host.line("tf_numa_-1_Eigen/13", line_id=13)
+        for k in range(10):
+            eigen.event(f"MatMul_{k}.16", start + k * dur // 10, dur // 10 - 1000)
+
+    _, run = host_trace(tmp_path, wait_ms=0, parse_op_ms=70, per_step=cluster)
+    write_sampler(run, sweeps(100, 0, input_running=2, intra_op=2), n_cpus=2)
+    sharing = core_sharing(Context.build(load_run(run)))
+    assert sharing.runnable == pytest.approx(5.0)
+    assert sharing.traced_threads == pytest.approx(3.0, abs=0.1)
+    assert sharing.slowdown == pytest.approx(5 / 3, rel=0.04)
+
+
 def test_no_contention_on_a_clean_trace_with_sampler_data(tmp_path):
     # The model's ops on its thread and one intra-op worker: both CPUs busy, nothing else runs.
     _, run = host_trace(tmp_path, wait_ms=1)
