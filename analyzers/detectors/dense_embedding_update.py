@@ -7,9 +7,10 @@ in proportion to the batch. Two TensorFlow patterns make it cost in proportion t
   table-sized tensor, an `UnsortedSegmentSum` under its name scope (`adam/`, `Adam/`,
   `adagrad/`, ...), then updates every row with elementwise ops (Keras 3's Adam). Without that
   op, the optimizer's dense ops reaching DENSE_ALONE of the step say the same (Keras 3's Adagrad).
-  The saving is the optimizer ops' share of the step less what a row-sparse update costs, taken
-  as two of the forward lookups (a gather and a scatter of the batch's rows per slot, measured
-  2.4x one lookup).
+  The saving is the optimizer ops' share of the step, its own row ops (Adagrad's scatters)
+  included, less what the row-sparse update that replaces them costs: a scatter of the batch's
+  rows into each table, SPARSE_LOOKUPS forward lookups (2.2-2.8x one lookup in three runs of
+  the fixed loop).
 - `table_copy_on_read`: `ReadVariableOp`s of half a millisecond or more (median per op name)
   while the model looks rows up:
   TF copies on read a variable that sparse ops write, so gathering from a read of the table (Keras
@@ -36,7 +37,7 @@ from analyzers.steps import covered_ns
 
 ID = "dense_embedding_update"
 MIN_SHARE = 0.05
-SPARSE_LOOKUPS = 2.0  # a row-sparse update costs about this many forward lookups
+SPARSE_LOOKUPS = 2.6  # the scatter a row-sparse update keeps, in forward lookups
 COPY_MIN_NS = 500_000  # a plain read is a reference count: microseconds
 # Forward lookups only: a gather under the gradient tape is the backward pass of some other op
 # (Keras 3's binary cross-entropy has one, `gradient_tape/compile_loss/.../GatherV2`, in models
@@ -137,15 +138,19 @@ def detect(ctx: Context) -> Finding | None:
     savings: dict[str, float] = {}
     evidence: list[str] = []
     n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
-    # The copies are the other cause's; a scatter is what a row-sparse update keeps.
-    dense = in_optimizer & ~copy & ~cat_mask(ops["name"], ROW_OPS.search)
+    # The copies are the other cause's. The optimizer's own row ops (Adagrad's scatters into
+    # its accumulator and the table, the gathers of its slots) go with the rest of it: the
+    # remedy replaces the whole update by one row-sparse one, SPARSE_LOOKUPS lookups' worth.
+    rows = in_optimizer & ~copy & cat_mask(ops["name"], ROW_OPS.search)
+    dense = in_optimizer & ~copy & ~rows
     dense_share = _share(ops, dense, total)
+    replaced_share = _share(ops, dense | rows, total)
     # Without a densifying op, only elementwise passes say a table is updated whole: a fused
     # dense apply (ResourceApplyAdam) takes a dense gradient, which a table's lookup never
     # makes, so it is a dense layer's (a TF1 MLP's Adam: 24-28% of a 1.8 ms step).
     alone_share = _share(ops, dense & ~cat_mask(ops["name"], _FUSED_APPLY.search), total)
     if densify.any() or alone_share >= DENSE_ALONE:
-        saved = max(dense_share - SPARSE_LOOKUPS * lookup_share, 0.0)
+        saved = max(replaced_share - SPARSE_LOOKUPS * lookup_share, 0.0)
         if saved >= MIN_SHARE:
             savings["dense_optimizer"] = saved
             how = (f"densifies the tables' sparse gradients ({densify.sum() / n:.0f} "
