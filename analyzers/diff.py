@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analyzers.findings import speedup_text
 from analyzers.report import Report
 from analyzers.steps import ALL_CATEGORIES
 
@@ -32,7 +33,8 @@ def diff_reports(a: Report, b: Report) -> dict[str, Any]:
     scaling = (round(speedup / (dev_b / dev_a), 3)
                if speedup and dev_a and dev_b and dev_a != dev_b else None)
     resolved = [{"id": i, "severity": f["severity"],
-                 "estimated_speedup": f["impact"]["estimated_speedup"]}
+                 "estimated_speedup": f["impact"]["estimated_speedup"],
+                 "estimate_capped": bool(f["impact"].get("estimate_capped"))}
                 for i, f in ids_a.items() if i not in ids_b]
     # The before report's projection of the step after its top fix, when that fix is what the
     # after run made (analyzers/after_fix.py): the breakdown it projected beside what was read.
@@ -97,7 +99,7 @@ def resolved_text(x: dict[str, Any], speedup: float | None, n_resolved: int) -> 
     est = x.get("estimated_speedup")
     if est is None:  # a report written before the key existed
         return f"{x['id']} ({x['severity']})"
-    text = f"{x['id']} ({x['severity']}; est. {est:.2f}x"
+    text = f"{x['id']} ({x['severity']}; est. {speedup_text(x)}"
     if speedup and n_resolved == 1:
         text += f", measured {speedup:.2f}x: {est / speedup - 1:+.0%}"
     return text + ")"

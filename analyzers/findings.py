@@ -31,6 +31,14 @@ def severity_for(speedup: float) -> str:
 
 # No fix is credited with more than this share of the step: what is left is the work itself.
 MAX_SAVING = 0.95
+MAX_SPEEDUP = 1.0 / (1.0 - MAX_SAVING)
+
+
+def speedup_text(impact: dict[str, Any]) -> str:
+    """A finding's estimate as the report, the diff and the dashboard print it: a capped one is
+    a floor ("at least 20.00x"; a retraced function measured 78x against the cap)."""
+    est = impact["estimated_speedup"]
+    return f"at least {est:.2f}x" if impact.get("estimate_capped") else f"{est:.2f}x"
 
 
 def speedup_from_saving(saved_fraction: float) -> float:
@@ -58,10 +66,18 @@ class Finding:
         if not self.severity:
             self.severity = severity_for(self.speedup)
 
+    @property
+    def capped(self) -> bool:
+        """The what-if saved more than MAX_SAVING of the step: the estimate is a floor."""
+        return self.speedup >= MAX_SPEEDUP * (1 - 1e-9)
+
+    def impact(self) -> dict[str, Any]:
+        return {"step_fraction": round(self.step_fraction, 4),
+                "estimated_speedup": round(self.speedup, 3), "estimate_capped": self.capped}
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["impact"] = {"step_fraction": round(self.step_fraction, 4),
-                       "estimated_speedup": round(self.speedup, 3)}
+        d["impact"] = self.impact()
         d["remedy"] = {"text": self.remedy, "config_changes": self.config_changes,
                        "command": self.fix_command}
         d["evidence"] = {"summary": self.evidence, "numbers": self.numbers,

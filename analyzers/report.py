@@ -3,7 +3,8 @@
 JSON schema (version 1; documented in docs/analyze-json.md):
 {schema_version, run, run_dir, trace_files, hardware{accelerator, devices, cpus, gpus},
  steps{found, source, count, median_ms, untraced_median_ms}, breakdown{<category>: fraction},
- samples_per_s, sampler, findings[{id, title, severity, impact{step_fraction, estimated_speedup},
+ samples_per_s, sampler, findings[{id, title, severity,
+ impact{step_fraction, estimated_speedup, estimate_capped},
  evidence{summary, numbers, top_events, time_ranges_ms}, remedy{text, config_changes, command}}],
  after_top_fix{fixed, speedup, faster_cpu, findings[{id, share, speedup, severity}]} | null,
  skipped[{id, reason}], warnings[]}
@@ -23,7 +24,7 @@ from analyzers.after_fix import AfterFix, after_top_fix
 from analyzers.after_fix import describe as describe_after_fix
 from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
-from analyzers.findings import SEVERITIES, Finding, Skipped
+from analyzers.findings import MAX_SAVING, SEVERITIES, Finding, Skipped, speedup_text
 from analyzers.ingest.logdir import RunData, gpu_model, load_run
 from analyzers.signals.cpu_competition import cpu_share
 
@@ -299,13 +300,15 @@ def render_text(report: Report, markdown: bool = False) -> str:
         out.append("|---|---|---|---|")
         for f in report.findings:
             out.append(f"| {f.severity} | `{f.id}`: {f.title} | {f.step_fraction:.0%} | "
-                       f"{f.speedup:.2f}x |")
+                       f"{speedup_text(f.impact())} |")
         out.append("")
     for f in report.findings:
         head = f"[{f.severity.upper()}] {f.id}: {f.title}"
         out.append(("### " if markdown else "") + head)
         out.append(f"  impact: {f.step_fraction:.1%} of step time; estimated speedup if fixed "
-                   f"{f.speedup:.2f}x")
+                   f"{speedup_text(f.impact())}"
+                   + (f" (no fix is credited with more than {MAX_SAVING:.0%} of the step)"
+                      if f.capped else ""))
         for e in f.evidence:
             out.append(f"  - {e}")
         if f.top_events:

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers.diff import diff_reports, remaining_text, resolved_text
+from analyzers.findings import speedup_text
 from dashboard import charts, ui
 
 st.title("Compare")
@@ -73,7 +74,7 @@ for col, (label, v) in zip(cols, ((before, a), (after, b)), strict=True):
         st.markdown(f"**{label}**")
         rows = [{"finding": f["id"], "severity": f["severity"],
                  "share": f["impact"]["step_fraction"],
-                 "est. speedup": f["impact"]["estimated_speedup"]} for f in v.findings]
+                 "est. speedup": speedup_text(f["impact"])} for f in v.findings]
         if rows:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
                          column_config={"share": st.column_config.NumberColumn(format="percent")})

@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from analyzers.after_fix import breakdown_text
+from analyzers.findings import speedup_text
 from analyzers.ingest.logdir import gpu_model
 from analyzers.report import cpu_limits_text, json_value
 from dashboard import analysis, charts, ui
@@ -68,7 +69,7 @@ for f in view.findings:
     with st.container(border=True):
         st.markdown(f"#### {ui.SEVERITY_BADGE.get(f['severity'], '')} {f['title']}")
         st.markdown(f"`{f['id']}` · **{impact['step_fraction']:.0%}** of step time · estimated "
-                    f"speedup if fixed **{impact['estimated_speedup']:.2f}x**")
+                    f"speedup if fixed **{speedup_text(impact)}**")
         st.markdown("\n".join(f"- {line}" for line in f["evidence"]["summary"]))
         st.markdown(f"**Remedy:** {f['remedy']['text']}")
         if f["remedy"]["command"]:

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from analyzers.findings import speedup_text
 from dashboard import ui
 from dashboard.runs import MAX_RUNS, config_summary
 from dashboard.uploads import ACCEPTED, save_upload
@@ -40,7 +41,7 @@ else:
                 summary = ui.summary_for(e.path)
                 f = summary["findings"][0] if summary["findings"] else None
                 top = (f"{f['severity']}: {f['id']} "
-                       f"({f['impact']['estimated_speedup']:.2f}x)" if f else "no findings")
+                       f"({speedup_text(f['impact'])})" if f else "no findings")
                 if not summary["steps"]["found"]:
                     top = "no steps found"
             bar.progress((i + 1) / len(entries), text=f"analyzed {e.key}")

@@ -30,6 +30,36 @@ def test_json_schema_and_fail_on(tmp_path, capsys):
     assert "| high | `io_stall`" in capsys.readouterr().out
 
 
+def test_a_capped_estimate_reads_as_a_floor(tmp_path, capsys):
+    """A step that waits 98.5% of its time on per-example parsing: the what-if saves more than
+    any fix is credited with (95%), so 20x is a floor, and every format says so; a 60% wait is
+    not capped."""
+    host_trace(tmp_path / "capped", step_ms=400, wait_ms=394, compute_ms=4, parse_ops=160,
+               parse_op_ms=2)
+    assert main(["analyze", str(tmp_path / "capped"), "--format", "json"]) == 0
+    f = json.loads(capsys.readouterr().out)["findings"][0]
+    assert f["impact"] == {"step_fraction": pytest.approx(0.985, abs=0.005),
+                           "estimated_speedup": 20.0, "estimate_capped": True}
+    assert main(["analyze", str(tmp_path / "capped")]) == 0
+    assert ("estimated speedup if fixed at least 20.00x (no fix is credited with more than 95% "
+            "of the step)") in capsys.readouterr().out
+    assert main(["analyze", str(tmp_path / "capped"), "--format", "markdown"]) == 0
+    assert "| at least 20.00x |" in capsys.readouterr().out
+
+    host_trace(tmp_path / "uncapped", wait_ms=60)
+    assert main(["analyze", str(tmp_path / "uncapped"), "--format", "json"]) == 0
+    f = json.loads(capsys.readouterr().out)["findings"][0]
+    assert f["impact"]["estimate_capped"] is False
+    assert main(["analyze", str(tmp_path / "uncapped")]) == 0
+    text = capsys.readouterr().out
+    assert "at least" not in text and "estimated speedup if fixed 2." in text
+
+    # The diff sets a floor against the measured speedup as a floor.
+    host_trace(tmp_path / "after", step_ms=6, compute_ms=4, readers=0, parse_ops=0)
+    assert main(["diff", str(tmp_path / "capped"), str(tmp_path / "after")]) == 0
+    assert "est. at least 20.00x" in capsys.readouterr().out
+
+
 def test_text_top_events_keep_the_end_of_long_names():
     from analyzers.report import _top_event
 
