@@ -29,6 +29,7 @@ DETECTOR_IDS = (
     "no_mixed_precision",
     "eager_execution",
     "function_retracing",
+    "xla_recompilation",
     "per_step_overhead",
     "step_stalls",
     "host_device_pingpong",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from analyzers.context import Context
+from analyzers.detectors import claims, xla_recompilation
 from analyzers.events import GRAPH_BUILDING as BUILD
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.executions import PREFIX, executions, graph_builds
@@ -27,6 +28,8 @@ ID = "function_retracing"
 # retracing.
 MIN_TRACED_STEP_SHARE = 0.25
 MIN_TRACED_STEPS = 3
+# Retraced steps that compile XLA programs in this share or more are xla_recompilation's.
+COMPILED_SHARE = 0.5
 _FUNCTION_ID = re.compile(r"^__inference_(.+)_\d+$")
 
 
@@ -37,6 +40,12 @@ def detect(ctx: Context) -> Finding | None:
     traced_steps = int(builds["step_idx"].nunique())
     # A first call or a validation function traced at an epoch's end is warm-up, not retracing.
     if traced_steps < max(MIN_TRACED_STEPS, MIN_TRACED_STEP_SHARE * ctx.n_steps):
+        return None
+    # Under jit_compile each new shape also recompiles: those steps are xla_recompilation's,
+    # whose estimate counts their whole excess and whose remedy (static shapes) ends both; this
+    # one's (None dimensions, reduce_retracing) would leave the compiling.
+    compiled = xla_recompilation.compiling_steps(ctx)[builds["step_idx"].unique()] > 0
+    if compiled.mean() >= COMPILED_SHARE and claims(xla_recompilation, ctx):
         return None
     build_ns = covered_ns(builds["start_ns"].to_numpy(), builds["end_ns"].to_numpy())
     # Instantiation: a function execution's span beyond the kernel execution inside it. An

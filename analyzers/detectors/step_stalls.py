@@ -55,6 +55,7 @@ from analyzers.detectors import (
     input_preprocessing,
     io_stall,
     run_detector,
+    xla_recompilation,
 )
 from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
@@ -83,6 +84,7 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
                               r"checkpoint|ShardedFilename)")),
     ("summary", re.compile(r"(?i)(Summary|FlushSummaryWriter|CreateSummaryFileWriter)")),
     ("graph_building", re.compile(rf"^{re.escape(GRAPH_BUILDING)}$")),
+    ("xla_compilation", xla_recompilation.COMPILE),
     ("evaluation", re.compile(r"(?i)(test_function|test_step|evaluate|predict_function)")),
     # A new input iterator made from Python: the data started over (an epoch). Its
     # predecessor's teardown is counted with it (_TEARDOWN).
@@ -130,6 +132,9 @@ _REMEDIES = {
                "flush the writer less often (flush_millis).",
     "graph_building": "A tf.function is traced inside the window: keep its signature stable "
                       "(see function_retracing) and run warm-up steps before timing.",
+    "xla_compilation": "XLA compiles a program again in those steps, for a new input shape: "
+                       "keep the shapes static (see xla_recompilation) and run warm-up steps "
+                       "before timing.",
     "evaluation": "Evaluate less often (validation_freq), on fewer steps (validation_steps), or "
                   "in a separate job.",
     "new_iterator": "The input iterator starts over at every epoch (or fit() call): the old "
@@ -187,12 +192,14 @@ _IDLE_REMEDIES = {
 }
 # input_preprocessing yields the wait to duplicated_input when copies of the pipeline explain it.
 _OWNERS = {"input_wait": (io_stall, input_preprocessing, duplicated_input, dstate_threads),
-           "graph_building": (function_retracing,)}
+           "graph_building": (function_retracing, xla_recompilation),
+           "xla_compilation": (xla_recompilation,)}
 _IDLE_LABELS = {"cpu": "untraced Python work on the CPU", "sleep": "an untraced wait",
                 "storage": "untraced file I/O", "mixed": "untraced Python work"}
 _NO_CAUSE = "cause not in the trace"
 _LABELS = {"checkpoint": "checkpoints", "summary": "summary writes",
-           "graph_building": "tf.function tracing", "evaluation": "evaluation",
+           "graph_building": "tf.function tracing", "xla_compilation": "XLA compilation",
+           "evaluation": "evaluation",
            "new_iterator": "the input iterator started over",
            "input_wait": "the input pipeline ran dry", IDLE: "untraced Python work",
            "extra_work": "work only those steps do",

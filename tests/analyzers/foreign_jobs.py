@@ -121,6 +121,12 @@ MODE:
   each running a `Session(server.target)` loop, with `tf.compat.v1.train.AdamOptimizer` (its
   whole moment slots scaled every step) or `AdagradOptimizer` (rows only); traced by the
   profiler client on the three processes. Prints worker 0's `untraced_step_ms`.
+- `xla_varying_shapes` / `xla_static_shapes` / `xla_retrace`: a custom loop calling a
+  `tf.function(jit_compile=True, reduce_retracing=True)` step over a 50,000 x 32 table with
+  multi-hot ids padded to the batch's longest list: every other batch 64 ids long, the others
+  a new length each (XLA compiles the step again for each), or every batch 64 long; `xla_retrace`
+  without reduce_retracing (each new length retraces and recompiles). 3 warm-up steps, 20 timed
+  untraced (`untraced_step_ms`, the mean), 12 profiled.
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -878,6 +884,37 @@ elif mode == "keras_xla_from_start":
     ds, model = dense_mlp(batch=256, hidden=512, jit_compile=True)
     tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)
+    tf.profiler.experimental.stop()
+elif mode in ("xla_varying_shapes", "xla_static_shapes", "xla_retrace"):
+    vocab, width, batch = 50_000, 32, 512
+    table = tf.Variable(tf.random.uniform((vocab, width), -0.05, 0.05))
+    w = tf.Variable(tf.random.normal((width, 1)) * 0.05)
+    sgd = tf.keras.optimizers.SGD(0.05)
+
+    def multi_hot(i):
+        # Padded to the batch's longest list: a length of its own every other batch.
+        length = 64 if mode == "xla_static_shapes" or i % 2 == 0 else 8 + i
+        return (tf.constant(rng.integers(0, vocab, size=(batch, length))),
+                tf.constant(rng.random((batch, 1)).astype("float32")))
+
+    @tf.function(jit_compile=True, reduce_retracing=mode != "xla_retrace")
+    def train(ids, y):
+        with tf.GradientTape() as tape:
+            logits = tf.reduce_sum(tf.gather(table, ids), 1) @ w
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, logits))
+        sgd.apply_gradients(zip(tape.gradient(loss, [table, w]), [table, w], strict=True))
+
+    data = [multi_hot(i) for i in range(35)]
+    for i in range(3):
+        train(*data[i])
+    t = time.perf_counter()
+    for i in range(3, 23):
+        train(*data[i])
+    print(f"untraced_step_ms={(time.perf_counter() - t) / 20 * 1e3:.3f}", flush=True)
+    tf.profiler.experimental.start(logdir)
+    for i in range(23, 35):
+        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+            train(*data[i])
     tf.profiler.experimental.stop()
 elif mode == "keras_checkpoint":
     ds, model = dense_mlp(batch=64, hidden=2048)

@@ -319,6 +319,18 @@ def test_embedding_tables_handled_whole(foreign):
     assert found("embedding_sparse") is None
 
 
+def test_xla_recompiling_for_new_shapes(foreign):
+    """A jit-compiled step fed multi-hot ids padded to each batch's longest list: a new length
+    every other batch compiles again (48x slower untraced than fixed lengths); without
+    reduce_retracing it also retraces, which is the same finding. Fixed lengths: none."""
+    f = {f.id: f for f in analyze(foreign("xla_retrace")).findings}
+    assert "function_retracing" not in f
+    assert f["xla_recompilation"].severity == "high"
+    assert f["xla_recompilation"].numbers["retraced_steps"] >= 5
+    static = {f.id for f in analyze(foreign("xla_static_shapes")).findings}
+    assert not static & {"xla_recompilation", "function_retracing", "step_stalls"}
+
+
 def test_preprocessing_layers_inside_the_model(foreign):
     """Keras Hashing layers on integer ids inside the model: TF 2.21's grappler fuses AsString
     and StringToHashBucketFast into _TensorToHashBucketFast, which still formats every id (13%
