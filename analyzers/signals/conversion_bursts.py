@@ -72,6 +72,9 @@ def _bursts(ctx: Context) -> Bursts:
     last = np.concatenate([~joined, [True]])
     burst = np.cumsum(first) - 1
     n = int(burst[-1]) + 1
-    glue = np.bincount(burst[1:], weights=np.where(joined, gap_end - gap_start, 0), minlength=n)
+    # A conversion that starts inside the previous one (Keras' `convert_to_tensor` around a
+    # `tf.constant`) leaves no gap: a negative one would take time off the burst.
+    glue = np.bincount(burst[1:], weights=np.where(joined, np.maximum(gap_end - gap_start, 0), 0),
+                       minlength=n)
     copies = np.bincount(burst, weights=(conv["name"] == _COPY).to_numpy(), minlength=n) > 0
     return Bursts(s[first], e[last], copies, glue)
