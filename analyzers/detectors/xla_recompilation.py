@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING, cat_mask, is_device_plane
@@ -55,15 +56,23 @@ REMEDY = (
 
 def compiling_steps(ctx: Context) -> np.ndarray:
     """Per step, the time XLA's compiler events cover in it (ns; 0 where nothing compiled)."""
-    return ctx.memo("xla_compiling_steps", lambda: _compile_ns(ctx))
+    return ctx.memo("xla_compiling_steps", lambda: _compile_ns(_compile_events(ctx), ctx.n_steps))
 
 
-def _compile_ns(ctx: Context) -> np.ndarray:
-    out = np.zeros(ctx.n_steps)
-    if not ctx.n_steps or not any(COMPILE.search(n) for n in ctx.present("name")):
-        return out
-    ev = ctx.in_steps(name=COMPILE.search, plane=lambda p: not is_device_plane(p),
-                      columns=("step_idx", "start_ns", "end_ns"))
+def _compile_events(ctx: Context) -> pd.DataFrame:
+    """XLA's compiler events in the steps, clipped to them (none: a trace without XLA, told
+    from its distinct names before any pass over its rows)."""
+    def build() -> pd.DataFrame:
+        columns = ("name", "step_idx", "start_ns", "end_ns", "dur_ns")
+        if not any(COMPILE.search(n) for n in ctx.present("name")):
+            return pd.DataFrame(columns=list(columns))
+        return ctx.in_steps(name=COMPILE.search, plane=lambda p: not is_device_plane(p),
+                            columns=columns)
+    return ctx.memo("xla_compile_events", build)
+
+
+def _compile_ns(ev: pd.DataFrame, n_steps: int) -> np.ndarray:
+    out = np.zeros(n_steps)
     for idx, g in ev.groupby("step_idx"):
         s, e = merge_intervals(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
         out[int(idx)] = float((e - s).sum())
@@ -114,8 +123,7 @@ def detect(ctx: Context) -> Finding | None:
     evidence.append("estimate: every step as long as the steps that reused a compiled program"
                     if basis == "steps" else
                     "estimate: the compiler's passes removed from every step")
-    ev = ctx.in_steps(name=COMPILE.search, plane=lambda p: not is_device_plane(p),
-                      columns=("name", "dur_ns"))
+    ev = _compile_events(ctx)
     top = ev[cat_mask(ev["name"], lambda x: x.endswith(("RunBackend", "RunHloPasses",
                                                        "OptimizeHloModule",
                                                        "CompileToBackendResult"))
