@@ -30,7 +30,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import GRAPH_BUILDING, cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.steps import merge_intervals
+from analyzers.steps import covered_ns
 
 ID = "xla_recompilation"
 # XLA's compiler: its passes and backends by compiler class, and the CPU compiler's pipelines.
@@ -74,8 +74,7 @@ def _compile_events(ctx: Context) -> pd.DataFrame:
 def _compile_ns(ev: pd.DataFrame, n_steps: int) -> np.ndarray:
     out = np.zeros(n_steps)
     for idx, g in ev.groupby("step_idx"):
-        s, e = merge_intervals(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        out[int(idx)] = float((e - s).sum())
+        out[int(idx)] = covered_ns(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
     return out
 
 
