@@ -10,11 +10,12 @@ lasts STALL_RATIO times the median step. The window's first and last steps at th
 already left out of the steps (steps.EDGE_OUTLIER: the profiler's start and stop, a new
 iterator's warm-up and the first call's compilation land there). What the stall is, in order:
 1. events that say what they are grew in the stalled steps against as many typical steps:
-   checkpoint, summary, graph-building and evaluation ops by name, calls of a tf.function with
-   no backward pass (evaluation: Keras 3 names its test function like its train function), a
-   new input iterator made from Python and the old one's teardown (an epoch's end, counted only
-   when the stalls sit there; docs/trace-signals.md, "Epochs and validation"); the one that
-   adds most is the cause, others of MIN_ALSO_SHARE are listed with their remedies;
+   checkpoint, summary, graph-building, XLA-compiler and evaluation ops by name, calls of a
+   tf.function with no backward pass (evaluation: Keras 3 names its test function like its
+   train function), a new input iterator made from Python and the old one's teardown (an
+   epoch's end, counted only when the stalls sit there; docs/trace-signals.md, "Epochs and
+   validation"); the one that adds most is the cause, others of MIN_ALSO_SHARE are listed
+   with their remedies;
 2. the breakdown's input wait grew (the pipeline ran dry: with the files readers opened then),
    or time no event covers grew (garbage collection and other Python work are not traced; with
    sampler data the main thread's states tell CPU work from a wait or file I/O);
@@ -25,9 +26,9 @@ iterator's warm-up and the first call's compilation land there). What the stall 
    untraced time (2), where a thread waiting for a core looks like Python work; without either
    the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
-input_preprocessing; tracing: function_retracing) is shown `low` for its pattern, at 1.0x. A
-single stall whose work no event names (cause 2) is shown `low` too: one OS hiccup leaves the
-same thing.
+input_preprocessing; tracing: function_retracing; compiling: xla_recompilation) is shown `low`
+for its pattern, at 1.0x. A single stall whose work no event names (cause 2) is shown `low`
+too: one OS hiccup leaves the same thing.
 
 What-if: every stalled step as long as the median step. When the stalls come every p steps
 through the whole window (at least 3 of them, p >= 2, at most one missing at either end), per
