@@ -127,6 +127,10 @@ MODE:
   a new length each (XLA compiles the step again for each), or every batch 64 long; `xla_retrace`
   without reduce_retracing (each new length retraces and recompiles). 3 warm-up steps, 20 timed
   untraced (`untraced_step_ms`, the mean), 12 profiled.
+- `keras_xla_padded` / `keras_xla_fixed`: Keras fit (`jit_compile=True`) of an Embedding +
+  pooling + Dense model on shuffled `padded_batch(64)` batches of long-tailed lengths (up to
+  400), padded to each batch's longest list or to 400; 5 warm-up steps, then 30 with the
+  TensorBoard callback profiling batches 5-16. Prints `fit_s=` (the 30 steps).
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -916,6 +920,25 @@ elif mode in ("xla_varying_shapes", "xla_static_shapes", "xla_retrace"):
         with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
             train(*data[i])
     tf.profiler.experimental.stop()
+elif mode in ("keras_xla_padded", "keras_xla_fixed"):
+    n = 64 * 40
+    lengths = np.minimum(1 + rng.geometric(0.08, size=n), 400)
+    ids = tf.RaggedTensor.from_row_lengths(rng.integers(0, 50_000, size=int(lengths.sum())),
+                                           lengths)
+    ds = (tf.data.Dataset.from_tensor_slices((ids, rng.random(n).astype("float32")))
+          .map(lambda x, y: (x.to_tensor() if isinstance(x, tf.RaggedTensor) else x, y))
+          .shuffle(4096, seed=1)
+          .padded_batch(64, padded_shapes=([400] if mode == "keras_xla_fixed" else [None], []))
+          .repeat().prefetch(2))
+    inp = tf.keras.Input((None,), dtype="int64")
+    pooled = tf.keras.layers.GlobalAveragePooling1D()(tf.keras.layers.Embedding(50_000, 32)(inp))
+    model = tf.keras.Model(inp, tf.keras.layers.Dense(1)(pooled))
+    model.compile("sgd", "mse", jit_compile=True)
+    model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+    t = time.perf_counter()
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0,
+              callbacks=[tf.keras.callbacks.TensorBoard(logdir, profile_batch=(5, 16))])
+    print(f"fit_s={time.perf_counter() - t:.3f}", flush=True)
 elif mode == "keras_checkpoint":
     ds, model = dense_mlp(batch=64, hidden=2048)
     folder = tempfile.mkdtemp()
