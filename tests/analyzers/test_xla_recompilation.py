@@ -55,8 +55,8 @@ def by_id(report):
 
 
 def test_recorded_trace_of_varying_shapes(tmp_path):
-    """Before the detector this read `no findings`, host compute 99%: the compiles run inside
-    the function's op."""
+    """Before the detector this read `step_stalls` low, "cause not in the trace": the compiles
+    run inside the function's op, as host compute."""
     run = tmp_path / "plugins" / "profile" / "2026_11_29_18_30_00"
     run.mkdir(parents=True)
     (run / "vm.xplane.pb").write_bytes(gzip.decompress(
