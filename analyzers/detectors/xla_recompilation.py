@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.events import GRAPH_BUILDING, cat_mask, is_device_plane
+from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.executions import graph_builds
 from analyzers.steps import covered_ns
 
 ID = "xla_recompilation"
@@ -94,10 +95,12 @@ def detect(ctx: Context) -> Finding | None:
     reused = dur[~compiling]
     compile_share = float(compile_ns.sum()) / total
     step_ms = float(np.median(dur[compiling])) / 1e6
+    compile_ms = float(np.median(compile_ns[compiling])) / 1e6
     evidence = [
         f"{k} of {n} profiled steps compile an XLA program again: {compile_share:.0%} of step "
-        f"time in XLA's compiler passes, {float(np.median(compile_ns[compiling])) / 1e6:.1f} ms "
-        f"per compiling step (median {step_ms:.1f} ms)"]
+        f"time in XLA's compiler passes, {compile_ms:.1f} ms per compiling step (median "
+        f"{step_ms:.1f} ms)"]
+    base: float | None = None
     if len(reused) >= MIN_BASELINE_STEPS:
         base = float(np.median(reused))
         saved = float(np.clip(dur[compiling] - base, 0, None).sum()) / total
@@ -105,14 +108,12 @@ def detect(ctx: Context) -> Finding | None:
             f"the {n - k} steps that reused a compiled program took {base / 1e6:.2f} ms "
             f"(median): the compiling steps' time beyond that is {saved:.0%} of the window's "
             "step time, lowering the graph to HLO included (it writes no events of its own)")
-        basis = "steps"
     else:
         saved = compile_share
         evidence.append(
             "every profiled step compiles: the estimate counts the compiler's events alone, a "
             "lower bound (lowering the graph to HLO before them writes no events)")
-        basis = "compiler_events"
-    built = ctx.in_steps(name=GRAPH_BUILDING.__eq__, columns=("step_idx",))["step_idx"].to_numpy()
+    built = graph_builds(ctx)["step_idx"].to_numpy()
     retraced = int(np.unique(built[compiling[built]]).size)
     if retraced:
         evidence.append(
@@ -120,7 +121,7 @@ def detect(ctx: Context) -> Finding | None:
             "function_retracing pattern, counted here): each new shape both retraces and "
             "recompiles, and static shapes end both")
     evidence.append("estimate: every step as long as the steps that reused a compiled program"
-                    if basis == "steps" else
+                    if base is not None else
                     "estimate: the compiler's passes removed from every step")
     ev = _compile_events(ctx)
     top = ev[cat_mask(ev["name"], lambda x: x.endswith(("RunBackend", "RunHloPasses",
@@ -135,11 +136,10 @@ def detect(ctx: Context) -> Finding | None:
         evidence=evidence,
         remedy=REMEDY,
         numbers={"compiling_steps": k, "compile_fraction": round(compile_share, 4),
-                 "compile_ms_per_compiling_step": round(
-                     float(np.median(compile_ns[compiling])) / 1e6, 3),
+                 "compile_ms_per_compiling_step": round(compile_ms, 3),
                  "compiling_step_ms": round(step_ms, 3),
-                 "reused_step_ms": (round(float(np.median(reused)) / 1e6, 3)
-                                    if basis == "steps" else None),
-                 "retraced_steps": retraced, "basis": basis},
+                 "reused_step_ms": None if base is None else round(base / 1e6, 3),
+                 "retraced_steps": retraced,
+                 "basis": "compiler_events" if base is None else "steps"},
         top_events=heaviest_events(top if len(top) else ev),
     )

@@ -54,10 +54,10 @@ def host_trace(
     parse_line = host.line("tf_data_iterator_resource/40", line_id=40)
     compute_ms = step_ms - wait_ms - 2 if compute_ms is None else compute_ms
     element = 0
+    waiter = host.line("tf_Compute/15", line_id=15) if fetch_in_call else main
     for i in range(steps):
         t0 = int(i * step_ms * MS)
         main.event("train", t0, int(step_ms * MS) - 1000, step_num=first_step + i, _r=1)
-        waiter = host.line("tf_Compute/15", line_id=15) if fetch_in_call else main
         if wait_ms:
             waiter.event("IteratorGetNextOp::DoCompute", t0 + MS // 2, int(wait_ms * MS))
             waiter.event(pipeline.split("::BatchV2")[0], t0 + MS // 2, int(wait_ms * MS))
