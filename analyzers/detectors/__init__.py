@@ -36,6 +36,7 @@ DETECTOR_IDS = (
     "embeddings_on_host",
     "dense_embedding_update",
     "preprocessing_in_step",
+    "debug_ops_in_step",
 )
 
 

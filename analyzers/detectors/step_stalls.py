@@ -130,7 +130,9 @@ _REMEDIES = {
                   "experimental_enable_async_checkpoint=True); Keras ModelCheckpoint with a "
                   "larger save_freq), to fast local storage.",
     "summary": "Write summaries less often (tf.summary.record_if, a larger update_freq) and "
-               "flush the writer less often (flush_millis).",
+               "flush the writer less often (flush_millis). A histogram buckets every value "
+               "of its tensor, so one of an embedding table costs in proportion to the table: "
+               "write those rarest, per epoch, or of a sample of rows.",
     "graph_building": "A tf.function is traced inside the window: keep its signature stable "
                       "(see function_retracing) and run warm-up steps before timing.",
     "xla_compilation": "XLA compiles a program again in those steps, for a new input shape: "

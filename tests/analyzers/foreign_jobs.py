@@ -131,6 +131,13 @@ MODE:
   pooling + Dense model on shuffled `padded_batch(64)` batches of long-tailed lengths (up to
   400), padded to each batch's longest list or to 400; 5 warm-up steps, then 30 with the
   TensorBoard callback profiling batches 5-16. Prints `fit_s=` (the 30 steps).
+- `debug_none` / `debug_histograms` / `debug_histograms_rare` / `debug_histograms_every10` /
+  `debug_dump` / `debug_check_numerics`: a custom loop over a 250,000 x 64 embedding table
+  (26 ids per example, batch 512) and a 1664-256-1 MLP, a `tf.function` step of ~11 ms: as it
+  is; writing every variable's histogram and the loss from inside the step (`tf.summary`,
+  every step, or under `record_if` every 100th or every 10th step); with tfdbg's
+  `enable_dump_debug_info` (FULL_HEALTH); or with `tf.debugging.enable_check_numerics()`. 20
+  profiled steps (8 for `debug_histograms`, ~1 s each).
 Prints `untraced_step_ms=<x>` (the step timed before the profiler starts) for the custom loops.
 """
 
@@ -247,15 +254,15 @@ def mlp_step(layers: int):
     return step
 
 
-def profile_loop(step, steps: int = 20, markers: bool = True) -> None:
-    """5 warm-up steps, 50 timed untraced, then `steps` profiled, each in a `train` step marker
-    unless `markers` is false (the job's own calls are then all the trace has)."""
+def profile_loop(step, steps: int = 20, markers: bool = True, timed: int = 50) -> None:
+    """5 warm-up steps, `timed` timed untraced, then `steps` profiled, each in a `train` step
+    marker unless `markers` is false (the job's own calls are then all the trace has)."""
     for _ in range(5):
         step()
     t = time.perf_counter()
-    for _ in range(50):
+    for _ in range(timed):
         step()
-    print(f"untraced_step_ms={(time.perf_counter() - t) / 50 * 1e3:.3f}", flush=True)
+    print(f"untraced_step_ms={(time.perf_counter() - t) / timed * 1e3:.3f}", flush=True)
     tf.profiler.experimental.start(logdir)
     for i in range(steps):
         with (tf.profiler.experimental.Trace("train", step_num=i, _r=1) if markers
@@ -992,6 +999,46 @@ elif mode.startswith("periodic_"):
         profile_loop(step, steps=30)
     shutil.rmtree(os.path.dirname(prefix), ignore_errors=True)
     print(f"heap={len(heap)}")
+elif mode.startswith("debug_"):
+    # Set before the step is traced: both instrument the graphs built after the call.
+    if mode == "debug_check_numerics":
+        tf.debugging.enable_check_numerics()
+    elif mode == "debug_dump":
+        tf.debugging.experimental.enable_dump_debug_info(
+            tempfile.mkdtemp(), tensor_debug_mode="FULL_HEALTH", circular_buffer_size=1000)
+    vocab, width, fields = 250_000, 64, 26
+    table = tf.Variable(tf.random.uniform((vocab, width), -0.05, 0.05), name="table")
+    w1 = tf.Variable(tf.random.normal((fields * width, 256)) * 0.05, name="w1")
+    w2 = tf.Variable(tf.random.normal((256, 1)) * 0.05, name="w2")
+    ids = rng.integers(0, vocab, size=(16 * 512, fields))
+    labels = rng.random((16 * 512, 1)).astype("float32")
+    batches = iter(tf.data.Dataset.from_tensor_slices((ids, labels)).batch(512).cache()
+                   .repeat().prefetch(2))
+    writer = tf.summary.create_file_writer(tempfile.mkdtemp())
+    step_var = tf.Variable(0, dtype=tf.int64)
+    every = {"debug_histograms_rare": 100, "debug_histograms_every10": 10}.get(mode, 1)
+
+    @tf.function
+    def train():
+        x, y = next(batches)
+        with tf.GradientTape() as tape:
+            h = tf.reshape(tf.nn.embedding_lookup(table, x), (-1, fields * width))
+            logits = tf.nn.relu(h @ w1) @ w2
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, logits))
+        g_table, g1, g2 = tape.gradient(loss, [table, w1, w2])
+        table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
+        w1.assign_sub(0.05 * g1)
+        w2.assign_sub(0.05 * g2)
+        if mode.startswith("debug_histograms"):
+            # The habit: every variable's histogram and the loss, from inside the step.
+            with writer.as_default(step=step_var), \
+                    tf.summary.record_if(lambda: step_var % every == 0):
+                for v in (table, w1, w2):
+                    tf.summary.histogram(v.name.split(":")[0], v)
+                tf.summary.scalar("loss", loss)
+        step_var.assign_add(1)
+    heavy = mode == "debug_histograms"  # ~1 s a step on 2 cores
+    profile_loop(train, steps=8 if heavy else 20, timed=8 if heavy else 50)
 elif mode in ("hashing_in_model", "hashing_in_pipeline", "lookup_in_model"):
     names, rows, batch = [f"C{i + 1}" for i in range(26)], 10_000, 2048
     words = np.array([f"w{i}" for i in range(1000)])

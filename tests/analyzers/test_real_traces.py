@@ -331,6 +331,17 @@ def test_xla_recompiling_for_new_shapes(foreign):
     assert not static & {"xla_recompilation", "function_retracing", "step_stalls"}
 
 
+def test_check_numerics_left_on(foreign):
+    """`tf.debugging.enable_check_numerics()` before the step is traced: a DebugNumericSummaryV2
+    and a CheckNumericsV2 per float output (~98 ops per step), 1.05-1.13x slower untraced;
+    read as numeric checks, not tfdbg (no DebugIdentityV2)."""
+    f = {f.id: f for f in analyze(foreign("debug_check_numerics")).findings}
+    checks = f["debug_ops_in_step"]
+    assert checks.numbers["causes"] == ["numeric_checks"]
+    assert checks.numbers["ops_per_step"] > 50
+    assert 1.03 < checks.speedup < 1.35
+
+
 def test_preprocessing_layers_inside_the_model(foreign):
     """Keras Hashing layers on integer ids inside the model: TF 2.21's grappler fuses AsString
     and StringToHashBucketFast into _TensorToHashBucketFast, which still formats every id (13%

@@ -1,0 +1,218 @@
+"""`debug_ops_in_step`: debugging and summary ops run inside every training step.
+
+What helps while a model is written costs every step once it trains for days, and nothing in
+xprof's overview names it: the time shows up as ordinary host compute. Signals (TF op names and
+types, docs/trace-signals.md, "Debugging and summary ops in the step"):
+- `summaries`: ops under a `write_summary` name scope (TF2's `tf.summary.*`: a histogram buckets
+  every value of its tensor with ordinary ops there, `Min`, `Max`, `OneHot`, `Sum`) and the
+  summary op types themselves (`WriteSummary`, `FlushSummaryWriter`, TF1's `HistogramSummary`,
+  `ScalarSummary`, `MergeSummary`...). Counted when they run in at least half the steps: written
+  every N steps they are `step_stalls`' periodic `summary` cause.
+- `debugger`: tfdbg2's instrumentation (`tf.debugging.experimental.enable_dump_debug_info`):
+  a `DebugIdentityV2` on every op's output, and a `DebugNumericSummaryV2` in the numeric modes.
+- `numeric_checks`: `CheckNumerics` / `CheckNumericsV2` (`tf.debugging.enable_check_numerics`,
+  `check_numerics`, `assert_all_finite`).
+- `prints`: `PrintV2` (`tf.print` in the step).
+
+Estimate: the ops leave the step. On a CPU host the step's ops share its cores, so the saving is
+their share of all host ops' busy time, of the time ops cover in the step (the union of the
+debug ops' intervals would count ops running side by side with them: 9.7x where removing
+tfdbg measured 3.1x). With an accelerator, the same for the kernels their ops launched (the
+`tf_op` stat), plus their host ops' time while no kernel runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analyzers.context import Context
+from analyzers.events import cat_map, cat_mask, is_device_plane, op_type_of
+from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+
+ID = "debug_ops_in_step"
+MIN_SHARE = 0.03
+# Summaries written in fewer steps than this share are periodic: step_stalls' `summary` cause.
+EVERY_STEP = 0.5
+# The write interval the evidence prices summaries at.
+RARELY = 100
+# TF2 `tf.summary.write` opens this name scope under the summary's tag.
+SUMMARY_SCOPE = re.compile(r"(?:^|/)write_summary(?:/|:|$)")
+# The ops that write a summary: a step that runs one wrote one (`record_if`'s condition, a
+# `mod` and an `Equal` in the scope, runs every step).
+_WRITES = re.compile(
+    r"^(Write\w*Summary|ImportEvent|(Histogram|Scalar|Image|Audio|Tensor|Merge)Summary(V2)?)$")
+_SUMMARY_TYPES = re.compile(
+    r"^(FlushSummaryWriter|CreateSummary\w*Writer|SummaryWriter)$|" + _WRITES.pattern)
+_CAUSES: dict[str, re.Pattern[str]] = {
+    "debugger": re.compile(r"^Debug(Identity(V2|V3)?|NanCount|NumericSummary)$"),
+    "numeric_checks": re.compile(r"^CheckNumerics(V2)?$"),
+    "prints": re.compile(r"^PrintV2$|^Print$"),
+}
+# Written by tfdbg's numeric modes and by enable_check_numerics alike (a reduction of each float
+# output, which the latter feeds to a CheckNumericsV2): whose it is follows from whether tfdbg's
+# DebugIdentityV2 ops are in the trace too.
+_NUMERIC_SUMMARY = "DebugNumericSummaryV2"
+CAUSE_IDS = ("summaries", *_CAUSES)
+_WHAT = {
+    "summaries": "summaries written every step",
+    "debugger": "tfdbg's dump instrumentation",
+    "numeric_checks": "numeric checks",
+    "prints": "tf.print",
+}
+_REMEDY = {
+    "summaries": (
+        "Write summaries every N steps, not every step: wrap the writes in "
+        "tf.summary.record_if(lambda: step % 100 == 0) (Keras: TensorBoard(update_freq=100)); "
+        "written every N steps they cost 1/N of this. Histograms are the costly kind: each "
+        "buckets every value of its tensor, so its cost grows with the tensor's size. Keep "
+        "histograms of embedding tables out of the training step (per epoch with Keras' "
+        "histogram_freq, or of a sample of rows)."),
+    "debugger": (
+        "Turn tfdbg off for training runs: drop "
+        "tf.debugging.experimental.enable_dump_debug_info(...) (or call "
+        "tf.debugging.experimental.disable_dump_debug_info() once the steps to debug are "
+        "dumped). It instruments every op's output in every graph it builds."),
+    "numeric_checks": (
+        "Take the numeric checks out of the training step: drop "
+        "tf.debugging.enable_check_numerics() and per-tensor check_numerics / "
+        "assert_all_finite calls, and check the fetched loss for NaN every N steps instead "
+        "(keep the checks for a debugging run)."),
+    "prints": ("Print every N steps from Python on a fetched value, not with tf.print inside "
+               "the step."),
+}
+
+
+def cause_of(name: str, dumping: bool = False) -> str | None:
+    """Which kind of debugging work a TF op (`scope/op:Type`) is, or None; `dumping`: tfdbg's
+    DebugIdentityV2 ops are in the trace."""
+    if SUMMARY_SCOPE.search(name):
+        return "summaries"
+    op_type = op_type_of(name)
+    if _SUMMARY_TYPES.match(op_type):
+        return "summaries"
+    if op_type == _NUMERIC_SUMMARY:
+        return "debugger" if dumping else "numeric_checks"
+    return next((c for c, pattern in _CAUSES.items() if pattern.match(op_type)), None)
+
+
+def _summary_tag(name: str) -> str:
+    """The tag a summary op writes: its scope before `write_summary` (TF2), else the op's name."""
+    m = SUMMARY_SCOPE.search(name)
+    return name[:m.start()] if m and m.start() else name.split(":")[0]
+
+
+def _busy_ns(df: pd.DataFrame) -> float:
+    return float((df["end_ns"].to_numpy(np.int64) - df["start_ns"].to_numpy(np.int64)).sum())
+
+
+def _cause_codes(col: pd.Series, dumping: bool) -> np.ndarray:
+    """Per row of a categorical name column, the index of its cause in CAUSE_IDS (-1: none),
+    worked out once per distinct name: a large trace has millions of host ops."""
+    index = {c: i for i, c in enumerate(CAUSE_IDS)}
+    table = np.array([index.get(cause_of(str(n), dumping) or "", -1)
+                      for n in col.cat.categories] + [-1], dtype=np.int8)
+    return table[col.array.codes]
+
+
+def detect(ctx: Context) -> Finding | None:
+    if ctx.framework != "tensorflow":
+        return None
+    gpu = ctx.has_accelerator and "tf_op" in ctx.events
+    names = [*ctx.present("name"), *(ctx.present("tf_op") if gpu else ())]
+    if not any(cause_of(n) for n in names) or ctx.total_step_ns <= 0:
+        return None
+    dumping = any(op_type_of(n).startswith("DebugIdentity") for n in names)
+    host_ops = ctx.in_steps(kinds=("host_op",),
+                            columns=("host", "name", "step_idx", "start_ns", "end_ns", "dur_ns"))
+    host_code = _cause_codes(host_ops["name"], dumping)
+    # Whose busy time the ops take: the host's cores, or with an accelerator the device (the
+    # kernels each TF op launched).
+    pool, pool_code, on = host_ops, host_code, "host ops"
+    if gpu:
+        kernels = ctx.in_steps(kinds=("device_compute",), plane=is_device_plane,
+                               columns=("host", "tf_op", "step_idx", "start_ns", "end_ns",
+                                        "dur_ns")).rename(columns={"tf_op": "name"})
+        if not kernels.empty:
+            pool, pool_code, on = kernels, _cause_codes(kernels["name"], dumping), "kernels"
+    n_steps = max(ctx.n_steps, 1)
+    steps_with = {c: len(np.union1d(pool["step_idx"].to_numpy()[pool_code == i],
+                                    host_ops["step_idx"].to_numpy()[host_code == i])) / n_steps
+                  for i, c in enumerate(CAUSE_IDS)}
+    writes = cat_mask(host_ops["name"], lambda n: _WRITES.match(op_type_of(n)))
+    steps_with["summaries"] = len(np.unique(host_ops["step_idx"].to_numpy()[writes])) / n_steps
+    periodic = 0 < steps_with["summaries"] < EVERY_STEP
+    counted = [c for c in CAUSE_IDS if steps_with[c] and not (c == "summaries" and periodic)]
+    if not counted:
+        return None
+    covered = ctx.kernel_idle_share(pool, kernels=False)
+    pool_busy = _busy_ns(pool)
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    shares: dict[str, float] = {}
+    evidence: list[str] = []
+    for c in counted:
+        i = CAUSE_IDS.index(c)
+        rows = pool[pool_code == i]
+        busy = _busy_ns(rows) / pool_busy if pool_busy else 0.0
+        # A GPU job's host-side debug work (summary writes, tfdbg's dumps) while the device
+        # has nothing to run.
+        exposed = ctx.kernel_idle_share(host_ops[host_code == i]) if on == "kernels" else 0.0
+        shares[c] = busy * covered + exposed
+        evidence.append(_cause_line(ctx, c, rows if len(rows) else host_ops[host_code == i],
+                                    busy, shares[c], exposed, step_ms, steps_with[c]))
+    saved = sum(shares.values())
+    if saved < MIN_SHARE:
+        return None
+    evidence.append(
+        f"estimate: the ops leave the step: their share of the {on}' busy time, of the "
+        f"{covered:.0%} of the step the {on} cover"
+        + (" (the ops share the cores with those beside them: the intervals they ran in would "
+           "overstate it)" if on == "host ops" else ""))
+    if periodic:
+        evidence.append(f"summaries ran in {steps_with['summaries']:.0%} of the steps only: "
+                        "written every N steps, they are `step_stalls`' to estimate")
+    causes = [c for c in counted if shares[c] > 0]
+    mine = pool[np.isin(pool_code, [CAUSE_IDS.index(c) for c in causes])]
+    return Finding(
+        id=ID,
+        title="Debugging ops run inside every training step ("
+              + ", ".join(_WHAT[c] for c in causes) + ")",
+        step_fraction=min(saved, 1.0),
+        speedup=speedup_from_saving(saved),
+        evidence=evidence,
+        remedy=" ".join(_REMEDY[c] for c in causes),
+        numbers={"causes": causes,
+                 **{f"{c}_fraction": round(shares[c], 4) for c in causes},
+                 **{f"{c}_steps_fraction": round(steps_with[c], 3) for c in causes},
+                 "ops_per_step": round(len(mine) / ctx.worker_steps(mine["host"]), 1),
+                 "covered_fraction": round(covered, 4)},
+        top_events=heaviest_events(mine),
+    )
+
+
+def _cause_line(ctx: Context, cause: str, rows: pd.DataFrame, busy: float, share: float,
+                exposed: float, step_ms: float, steps_with: float) -> str:
+    n = ctx.worker_steps(rows["host"])
+    types = pd.Series(cat_map(rows["name"], op_type_of)).value_counts()
+    kinds = ", ".join(f"{t} x{c / n:.0f}" for t, c in types.head(4).items())
+    line = (f"{_WHAT[cause]}: {len(rows) / n:.0f} op(s) per step ({kinds}) in {steps_with:.0%} "
+            f"of the steps, {busy:.0%} of the ops' busy time: {share:.1%} of the step "
+            f"({share * step_ms:.2f} ms of a {step_ms:.1f} ms step)")
+    if exposed >= 0.005:
+        line += f", {exposed:.1%} of it host work while no kernel ran"
+    if cause == "summaries":
+        tags = pd.Series(rows["dur_ns"].to_numpy(), index=cat_map(rows["name"], _summary_tag))
+        by_tag = tags.groupby(level=0).sum().sort_values(ascending=False)
+        line += ("; by tag: " + ", ".join(f"{t} {v / by_tag.sum():.0%}"
+                                          for t, v in by_tag.head(4).items())
+                 + f"; written every {RARELY}th step instead, {share * step_ms / RARELY:.2f} ms "
+                 "a step on average")
+    if cause == "debugger" and _NUMERIC_SUMMARY in types.index:
+        line += ("; a numeric summary of every tensor: a tensor_debug_mode other than "
+                 "NO_TENSOR or FULL_TENSOR")
+    if cause == "numeric_checks" and _NUMERIC_SUMMARY in types.index:
+        line += ("; a DebugNumericSummaryV2 reduces each float output for its CheckNumericsV2: "
+                 "tf.debugging.enable_check_numerics()")
+    return line
