@@ -10,7 +10,9 @@ lasts STALL_RATIO times the median step. The window's first and last steps at th
 already left out of the steps (steps.EDGE_OUTLIER: the profiler's start and stop, a new
 iterator's warm-up and the first call's compilation land there). What the stall is, in order:
 1. events that say what they are grew in the stalled steps against as many typical steps:
-   checkpoint, summary, graph-building, XLA-compiler and evaluation ops by name, calls of a
+   checkpoint, summary (with the eager ops new in those steps when a summary is written
+   eagerly there: a histogram's bucketing ops carry no scope), graph-building, XLA-compiler
+   and evaluation ops by name, calls of a
    tf.function with no backward pass (evaluation: Keras 3 names its test function like its
    train function), a new input iterator made from Python and the old one's teardown (an
    epoch's end, counted only when the stalls sit there; docs/trace-signals.md, "Epochs and
@@ -61,6 +63,7 @@ from analyzers.detectors import (
 from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
 from analyzers.signals.cpu_competition import CpuShare, cpu_share
+from analyzers.signals.executions import PREFIX as EAGER_PREFIX
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
 from analyzers.steps import (
@@ -132,7 +135,8 @@ _REMEDIES = {
     "summary": "Write summaries less often (tf.summary.record_if, a larger update_freq) and "
                "flush the writer less often (flush_millis). A histogram buckets every value "
                "of its tensor, so one of an embedding table costs in proportion to the table: "
-               "write those rarest, per epoch, or of a sample of rows.",
+               "write those rarest, or of a sample of rows (Keras' TensorBoard callback: "
+               "histogram_freq=0, or epochs far apart).",
     "graph_building": "A tf.function is traced inside the window: keep its signature stable "
                       "(see function_retracing) and run warm-up steps before timing.",
     "xla_compilation": "XLA compiles a program again in those steps, for a new input shape: "
@@ -208,6 +212,13 @@ _LABELS = {"checkpoint": "checkpoints", "summary": "summary writes",
            "extra_work": "work only those steps do",
            "contention": "other processes took the cores",
            "throttled": "the CPU quota ran out"}
+# Runtime spans that enclose the events of what they run.
+_ENCLOSING = re.compile(
+    r"^(EagerExecute|EagerKernelExecute|KernelAndDeviceFunc::Run(Async)?|TFE_Py_\w+|FunctionRun|"
+    r"ExecutorState::.*|ExecutorDoneCallback|ExecutorPropagateOutputs|ParallelFor|"
+    r"ThunkExecutor::Execute|CpuExecutable::\w+|BlockUntilReady|TraceContext|SessionRun|"
+    r"RunGraph(Done)?|EagerLocalExecute(Async)?: __inference_.*|EagerService:\w+|"
+    r"InstantiatedCapturedFunction::\w+|RemoteCallOp(Done)?)$")
 _WHAT = {"extra_work": "work that typical steps do not have",
          "new_iterator": "a new input iterator made from Python, and the old one's teardown",
          "evaluation": "evaluation (test functions, or tf.functions that run no backward pass "
@@ -477,8 +488,14 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     if ctx.steps.source.startswith(("markers:", "function:", "iterator:", "session:")):
         marker = ctx.steps.source.split(":", 1)[1]
         grew[np.array([marker_family(x) == marker or x == marker for x in names], bool)] = 0.0
+    # Runtime spans around other events are not what ran: an eager op's `EagerLocalExecute:
+    # <op>` names it, with only these below it on a CPU run (docs/trace-signals.md, "Eager
+    # execution"), and a teardown's `TFE_DeleteTensorHandle` is work of its own.
     wrapper = np.zeros(m, dtype=bool)
     wrapper[np.unique(codes[(ev["kind"] == "framework").to_numpy()])] = True
+    wrapper &= np.array([bool(_ENCLOSING.match(x)) for x in names], dtype=bool)
+    eager = np.array([x.startswith(EAGER_PREFIX) and "__inference_" not in x for x in names],
+                     dtype=bool)
     starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
 
     def top_of(sel: np.ndarray) -> list[dict]:
@@ -513,6 +530,12 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
             making = np.array([bool(_DISTRIBUTED_MAKING.match(x)) for x in names], dtype=bool)
             groups["new_iterator"] |= making
             groups["graph_building"] &= ~making
+    # Summaries written eagerly (Keras' TensorBoard callback at an epoch's end, a custom loop's
+    # tf.summary outside its tf.function) run their ops one by one on the Python thread, and
+    # only the write says whose they are: a histogram's Min, Max, OneHot and Sum come first
+    # (docs/trace-signals.md, "Debugging and summary ops in the step").
+    if (groups["summary"] & eager & (n_stalled > 0)).any():
+        groups["summary"] |= new & eager & ~other_work
     groups["extra_work"] = new
     for cause, sel in groups.items():
         sel &= grew > 0

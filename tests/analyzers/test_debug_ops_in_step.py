@@ -7,7 +7,9 @@ recorded TF 2.21 traces of `python tests/analyzers/foreign_jobs.py DIR MODE` (te
 - `debug_histograms_rare.xplane.pb.gz`: every variable's histogram under
   `record_if(step % 100 == 0)`, 16.8 ms a step: the table's histogram reads (copies) it every
   step, written or not (`dense_embedding_update` names that read);
-- `debug_none.xplane.pb.gz`: the same step without either.
+- `debug_none.xplane.pb.gz`: the same step without either;
+- `keras_histograms.xplane.pb.gz`: Keras fit with the TensorBoard callback's `histogram_freq=1`
+  in epochs of 8 steps (52.8 ms a step untraced against 14.7 ms without the callback).
 """
 
 from __future__ import annotations
@@ -195,3 +197,16 @@ def test_recorded_histograms_under_record_if(tmp_path):
 def test_recorded_step_without_debug_ops(tmp_path):
     report = recorded(tmp_path, "debug_none.xplane.pb.gz")
     assert not [f for f in report.findings if f.severity in ("medium", "high")], report.findings
+
+
+def test_recorded_keras_histograms_at_epoch_ends(tmp_path):
+    """Written eagerly once an epoch, the histograms are a periodic stall: `step_stalls` names
+    the summary by the WriteSummary after the eager bucketing ops (before: "work only those
+    steps do", its top event an `EagerLocalExecute: Cast` of 3 ms)."""
+    report = recorded(tmp_path, "keras_histograms.xplane.pb.gz")
+    f = by_id(report)
+    assert "debug_ops_in_step" not in f
+    stall = f["step_stalls"]
+    assert stall.numbers["cause"] == "summary" and stall.severity == "high"
+    assert stall.top_events[0]["name"] == "EagerLocalExecute: Sum"
+    assert "histogram_freq" in stall.remedy

@@ -1768,6 +1768,28 @@ def test_periodic_checkpoints_are_step_stalls(tmp_path):
     assert "async" in f.remedy and len(f.time_ranges_ms) == 5
 
 
+def test_eager_histograms_at_stalls_are_summary_writes(tmp_path):
+    """Keras' TensorBoard callback writes histograms eagerly at an epoch's end: the bucketing ops
+    run one by one on the Python thread, named only `EagerLocalExecute: <op>` (Sum, OneHot), and
+    only the WriteSummary after them says whose they are. Without a write they are work only
+    those steps do."""
+    def histogram(write):
+        def add(main, comp, t0, i, dur):
+            for at, op, ms in ((10, "Min", 2), (13, "OneHot", 20), (34, "Sum", 60)):
+                for name in ("TFE_Py_FastPathExecute_C", "EagerExecute",
+                             f"EagerLocalExecute: {op}", "EagerKernelExecute"):
+                    main.event(name, t0 + at * MS, ms * MS)
+            if write:
+                main.event("EagerLocalExecute: WriteSummary", t0 + 95 * MS, MS // 5)
+        return add
+    f = by_id(analyze(_uneven(tmp_path / "w", _every(5, 110.0), histogram(True))))["step_stalls"]
+    assert f.numbers["cause"] == "summary" and "histogram" in f.remedy
+    assert [e["name"] for e in f.top_events][:2] == ["EagerLocalExecute: Sum",
+                                                     "EagerLocalExecute: OneHot"]
+    bare = by_id(analyze(_uneven(tmp_path / "b", _every(5, 110.0), histogram(False))))
+    assert bare["step_stalls"].numbers["cause"] == "extra_work"
+
+
 def test_untraced_time_in_some_steps_is_python_work(tmp_path):
     """Garbage collection leaves no event: the long steps hold only untraced time."""
     f = by_id(analyze(_uneven(tmp_path, _every(6, 70.0))))["step_stalls"]
