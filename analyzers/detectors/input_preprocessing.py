@@ -92,6 +92,14 @@ _FIXES = {
 }
 
 
+# What tf.data.experimental.enable_debug_mode() makes of any pipeline: user functions run as
+# py_functions, one element at a time, and the prefetch is gone (docs/trace-signals.md, "tf.data's
+# debug mode"). A job that left it on reads as all three causes at once.
+DEBUG_MODE_CAUSES = frozenset({"python_function", "low_parallelism", "no_prefetch"})
+_DEBUG_MODE = ("if the job calls tf.data.experimental.enable_debug_mode(), remove that call "
+               "first: it runs every dataset function as Python, one element at a time, and "
+               "drops the prefetch, which is what all three causes here look like")
+
 # Measured on 2 cores (docs/trace-signals.md, "GIL waits"): the fix that takes the Python away
 # reaches the estimate, worker processes keep its CPU work beside the model's.
 _GIL_BOUND = ("; an upper bound for worker processes on a host without an accelerator: their "
@@ -268,6 +276,12 @@ def detect(ctx: Context) -> Finding | None:
             remedies.append(text)
     if pipe.generator and "python_function" in causes:
         remedies.append(_KERAS_PYDATASET)
+    debug_mode = set(causes) >= DEBUG_MODE_CAUSES and not pipe.generator
+    if debug_mode:
+        remedies.insert(0, _DEBUG_MODE)
+        evidence.append("Python functions in a sequential map, and no prefetch: how tf.data "
+                        "runs any pipeline in its debug mode (enable_debug_mode), whatever "
+                        "num_parallel_calls and prefetch the code sets")
     if not remedies:
         remedies.append("move per-batch CPU work out of the training job (preprocess offline, "
                         "store uncompressed prebatched records), parallelize map/interleave with "
@@ -293,6 +307,7 @@ def detect(ctx: Context) -> Finding | None:
                  "reader_ms_per_step": round(pipe.reader_ms_per_step, 3),
                  "reader_concurrency": round(pipe.reader_concurrency, 2),
                  "has_prefetch": pipe.has_prefetch, "stage_paths": pipe.stage_paths[:6],
+                 "debug_mode_pattern": debug_mode,
                  **(volume.numbers() if volume else {})},
         top_events=pipe.top_events,
         time_ranges_ms=input_wait_ranges(ctx, also=(gil.start_ns, gil.end_ns) if gil else None),

@@ -138,6 +138,10 @@ MODE:
   every step, or under `record_if` every 100th or every 10th step); with tfdbg's
   `enable_dump_debug_info` (FULL_HEALTH); or with `tf.debugging.enable_check_numerics()`. 20
   profiled steps (8 for `debug_histograms`, ~1 s each).
+- `tfdata_debug` / `tfdata_nodebug`: Keras fit of a 64-256-1 MLP on batches of 256 mapped by
+  20 TF ops (`num_parallel_calls=AUTOTUNE`, then `prefetch(AUTOTUNE)`), with or without
+  `tf.data.experimental.enable_debug_mode()` (which runs the map as Python, sequentially,
+  without the prefetch).
 - `keras_histograms`: Keras fit of a 100,000 x 32 Embedding (26 ids per example, batch 512)
   and a 256-unit layer in epochs of 8 steps, with the TensorBoard callback's
   `histogram_freq=1` (every weight's histogram written eagerly at each epoch's end); prints
@@ -1044,6 +1048,19 @@ elif mode.startswith("debug_"):
         step_var.assign_add(1)
     heavy = mode == "debug_histograms"  # ~1 s a step on 2 cores
     profile_loop(train, steps=8 if heavy else 20, timed=8 if heavy else 50)
+elif mode in ("tfdata_debug", "tfdata_nodebug"):
+    if mode == "tfdata_debug":
+        tf.data.experimental.enable_debug_mode()
+    x = rng.normal(size=(32768, 64)).astype("float32")
+
+    def tf_features(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        for _ in range(20):
+            x = tf.tanh(x) + 0.01
+        return x, y
+    ds = (tf.data.Dataset.from_tensor_slices((x, (x[:, :1] > 0).astype("float32"))).batch(256)
+          .map(tf_features, num_parallel_calls=tf.data.AUTOTUNE).repeat()
+          .prefetch(tf.data.AUTOTUNE))
+    fit_timed(mlp(64, 256), ds, timed=40, then=12)
 elif mode == "keras_histograms":
     vocab, fields, per_epoch = 100_000, 26, 8
     ids = rng.integers(0, vocab, size=(16 * 512, fields))

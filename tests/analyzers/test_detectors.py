@@ -327,6 +327,23 @@ def test_python_functions_in_the_pipeline_are_named(tmp_path, generator):
     assert ("use_multiprocessing=True" in f.remedy) == generator
 
 
+def test_python_in_a_sequential_map_without_prefetch_names_tf_data_debug_mode(tmp_path):
+    """tf.data.experimental.enable_debug_mode() runs every dataset function as a py_function,
+    sequentially, and drops the prefetch (docs/trace-signals.md, "tf.data's debug mode"): all
+    three causes at once point there first. With a prefetch they do not."""
+    def found(pipeline):
+        _, run = host_trace(tmp_path / pipeline[:20], wait_ms=60, parse_ops=0, readers=1,
+                            pipeline=pipeline, per_step=_python_map(100, 1.0))
+        return by_id(analyze(run))["input_preprocessing"]
+    debug = found("Iterator::Root::ForeverRepeat[0]::Map::BatchV2")
+    assert set(debug.numbers["causes"]) >= {"python_function", "low_parallelism", "no_prefetch"}
+    assert debug.numbers["debug_mode_pattern"]
+    assert debug.remedy.startswith("if the job calls tf.data.experimental.enable_debug_mode()")
+    prefetched = found("Iterator::Root::Prefetch::ForeverRepeat[0]::Map::BatchV2")
+    assert not prefetched.numbers["debug_mode_pattern"]
+    assert "enable_debug_mode" not in prefetched.remedy
+
+
 def test_cheap_python_function_is_not_a_cause(tmp_path):
     """One short py_function per batch is not why a per-example parsing pipeline waits."""
     _, run = host_trace(tmp_path, wait_ms=60, parse_ops=120, parse_op_ms=0.5,
