@@ -6,8 +6,9 @@ types, docs/trace-signals.md, "Debugging and summary ops in the step"):
 - `summaries`: ops under a `write_summary` name scope (TF2's `tf.summary.*`: a histogram buckets
   every value of its tensor with ordinary ops there, `Min`, `Max`, `OneHot`, `Sum`) and the
   summary op types themselves (`WriteSummary`, `FlushSummaryWriter`, TF1's `HistogramSummary`,
-  `ScalarSummary`, `MergeSummary`...). Counted when they run in at least half the steps: written
-  every N steps they are `step_stalls`' periodic `summary` cause.
+  `ScalarSummary`, `MergeSummary`...). Counted when a write op runs in at least half the steps
+  (`record_if`'s condition runs in every one): written every N steps they are `step_stalls`'
+  periodic `summary` cause.
 - `debugger`: tfdbg2's instrumentation (`tf.debugging.experimental.enable_dump_debug_info`):
   a `DebugIdentityV2` on every op's output, and a `DebugNumericSummaryV2` in the numeric modes.
 - `numeric_checks`: `CheckNumerics` / `CheckNumericsV2` (`tf.debugging.enable_check_numerics`,

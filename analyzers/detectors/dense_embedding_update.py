@@ -194,11 +194,12 @@ def detect(ctx: Context) -> Finding | None:
                         "their tf_op stat")
     saved = sum(savings.values())
     where = (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
-    remedies = [_REMEDY[c] for c in savings]
+    # When histograms' reads are the only copies, gathering from a read is not what this job
+    # does: their remedy replaces the lookup's.
+    only_histograms = 0 < histogram_reads == int(copy.sum())
+    remedies = [_REMEDY[c] for c in savings
+                if not (c == "table_copy_on_read" and only_histograms)]
     if histogram_reads:
-        # Only histograms' reads copy: gathering from a read is not what this job does.
-        only = histogram_reads == int(copy.sum())
-        remedies = [r for r in remedies if not (only and r is _REMEDY["table_copy_on_read"])]
         remedies.append(_REMEDY["summary_read"])
     return Finding(
         id=ID,
