@@ -15,7 +15,10 @@ in proportion to the batch. Two TensorFlow patterns make it cost in proportion t
   while the model looks rows up:
   TF copies on read a variable that sparse ops write, so gathering from a read of the table (Keras
   3's Embedding layer: `ReadVariableOp` then `GatherV2`) copies all of it each step. The saving is
-  their share. A copying read under a `StopGradient` scope in a trace that writes summaries is
+  their share. Keras 3's `global_clipnorm` densifies too (UnsortedSegmentSum feeding the norm's
+  `Sum`, then a table-sized scaling), even with a row-sparse optimizer (SGD: 57.0 ms a step
+  against 8.2 ms with tf.clip_by_global_norm first): its remedy comes first then. A copying read
+  under a `StopGradient` scope in a trace that writes summaries is
   `tf.summary.histogram`'s: it reads its data before `record_if` decides whether to write, so a
   histogram of a table written every 100th step still copies it every step (11.4 ms a step
   without it, 16.8 ms with it; docs/trace-signals.md, "Debugging and summary ops in the step").
@@ -56,6 +59,11 @@ EVERY_STEP_SHARE = 0.5
 # A quarter or more, with tables in the model, is the tables updated whole.
 DENSE_ALONE = 0.25
 _FUSED_APPLY = re.compile(r":ResourceApply\w+$")
+# A densified gradient fed to a reduction under the optimizer's scope: its norm, as Keras 3's
+# global_clipnorm takes it (`sgd/Sum/input:UnsortedSegmentSum`; docs/trace-signals.md,
+# "Gradient clipping densifies a table's gradient").
+_NORM_INPUT = re.compile(r"/(?:Sum|Square|Norm|EuclideanNorm)(?:_\d+)?/(?:input|x):"
+                         r"UnsortedSegmentSum$")
 # `tf.stop_gradient(variable)`'s read, as tf.summary.histogram makes it of its data.
 _STOP_GRADIENT_READ = re.compile(r"(?:^|/)StopGradient(?:_\d+)?/ReadVariableOp:ReadVariableOp$")
 _REMEDY = {
@@ -71,6 +79,12 @@ _REMEDY = {
         "(ResourceGather), instead of gathering from a read of it: a variable that sparse ops "
         "write is copied whole on every read (Keras 3's Embedding layer reads the table, then "
         "GatherV2)."),
+    "clipping": (
+        "Clip before the optimizer, with tf.clip_by_global_norm on the gradients (it takes the "
+        "norm of an IndexedSlices from its values and keeps it sparse), then apply_gradients "
+        "without global_clipnorm: Keras 3's global_clipnorm densifies every table's gradient "
+        "to take the norm and scale it, so the update touches every row (a 1M-row table: 57.0 "
+        "ms a step against 8.2 ms clipped first)."),
     "summary_read": (
         "Write the table's histogram from outside the training step: eagerly from the Python "
         "loop every N steps, so the read and its copy happen only then, or of a sample of its "
@@ -149,6 +163,7 @@ def detect(ctx: Context) -> Finding | None:
     lookup_share = _share(ops, lookup, total)
     savings: dict[str, float] = {}
     evidence: list[str] = []
+    clipping = False
     n = ctx.worker_steps(ops["host"])  # counts per step are one worker's
     # The copies are the other cause's. The optimizer's own row ops (Adagrad's scatters into
     # its accumulator and the table, the gathers of its slots) go with the rest of it: the
@@ -172,6 +187,13 @@ def detect(ctx: Context) -> Finding | None:
                 f"the optimizer {how}: its dense ops cover {dense_share:.1%} of the step, against "
                 f"{lookup_share:.1%} for the forward lookups (a row-sparse update is taken as "
                 f"{SPARSE_LOOKUPS:g} of them)")
+            norms = int((densify & cat_mask(ops["name"], _NORM_INPUT.search)).sum())
+            if norms:
+                clipping = True
+                evidence.append(
+                    f"per step, {norms / n:.0f} of them feed a reduction (`.../Sum/input`): a "
+                    "gradient's norm, which Keras 3's global_clipnorm takes of the densified "
+                    "table gradient before scaling it and updating every row")
     copy_share = _share(ops, copy, total)
     histogram_reads = 0
     if copy_share >= MIN_SHARE:
@@ -201,6 +223,8 @@ def detect(ctx: Context) -> Finding | None:
                 if not (c == "table_copy_on_read" and only_histograms)]
     if histogram_reads:
         remedies.append(_REMEDY["summary_read"])
+    if clipping:
+        remedies.insert(0, _REMEDY["clipping"])
     return Finding(
         id=ID,
         title="Embedding tables are updated or copied whole every step",
@@ -210,7 +234,7 @@ def detect(ctx: Context) -> Finding | None:
         remedy=" ".join(remedies),
         numbers={"causes": list(savings), **{f"{c}_fraction": round(s, 4)
                                               for c, s in savings.items()},
-                 "lookup_fraction": round(lookup_share, 4),
+                 "lookup_fraction": round(lookup_share, 4), "global_clipnorm": clipping,
                  "histogram_reads_per_step": round(histogram_reads / n, 1)},
         top_events=heaviest_events(ops[where].assign(dur_ns=ops["end_ns"] - ops["start_ns"])),
     )

@@ -63,7 +63,10 @@ MODE:
   updates every row); `embedding_adagrad`: Keras 3's Adagrad (every row, no densifying op).
   `embedding_read`: the table updated by a scatter, its rows gathered from a read of it (copied
   whole each step). `embedding_sparse`: rows looked up from the variable (ResourceGather) and
-  updated by a scatter, Adam for the dense layer only.
+  updated by a scatter, Adam for the dense layer only. `embedding_sgd_clipped`: Keras 3's SGD
+  with `global_clipnorm=1.0` on every variable (the norm is taken of a densified table
+  gradient); `embedding_sgd_clip_first`: `tf.clip_by_global_norm` on the gradients, then SGD
+  (sparse throughout); `embedding_sgd`: SGD without clipping.
 - `periodic_checkpoint` / `periodic_gc` / `periodic_none`: a custom loop over a 250,000 x 64
   embedding table (a `tf.function` step of ~10 ms) that every 5th step writes a checkpoint of
   the table and layer (`tf.train.Checkpoint.write`), or calls `gc.collect()` with 1.5M Python
@@ -854,6 +857,9 @@ elif mode.startswith("embedding_"):
     w1 = tf.Variable(tf.random.normal((26 * 32, 64)) * 0.05)
     w2 = tf.Variable(tf.random.normal((64, 1)) * 0.05)
     opt = (tf.keras.optimizers.Adagrad() if mode == "embedding_adagrad"
+           else tf.keras.optimizers.SGD(0.05, global_clipnorm=1.0)
+           if mode == "embedding_sgd_clipped"
+           else tf.keras.optimizers.SGD(0.05) if mode.startswith("embedding_sgd")
            else tf.keras.optimizers.Adam())
 
     @tf.function
@@ -865,7 +871,10 @@ elif mode.startswith("embedding_"):
             h = tf.nn.relu(tf.reshape(rows, (-1, 26 * 32)) @ w1)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(y, h @ w2))
         g_table, g1, g2 = tape.gradient(loss, [table, w1, w2])
-        if mode in ("embedding_adam", "embedding_adagrad"):
+        if mode == "embedding_sgd_clip_first":
+            # tf.clip_by_global_norm keeps an IndexedSlices gradient sparse.
+            (g_table, g1, g2), _ = tf.clip_by_global_norm([g_table, g1, g2], 1.0)
+        if mode in ("embedding_adam", "embedding_adagrad") or mode.startswith("embedding_sgd"):
             opt.apply_gradients([(g_table, table), (g1, w1), (g2, w2)])
         else:
             table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))

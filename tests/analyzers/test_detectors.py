@@ -1209,9 +1209,30 @@ def _embedding_step(update: str, read_ms: float = 0.01):
                                     "adam/Mul_3:Mul", "adam/Sqrt_1:Sqrt",
                                     "adam/AssignSubVariableOp:AssignSubVariableOp")):
                 line.event(op, t + k * 15 * MS, 15 * MS - 1000)
+        elif update == "clipped":
+            # Keras 3's SGD with global_clipnorm, as TF 2.21 names its ops.
+            for k, op in enumerate(("sgd_1/Sum/input:UnsortedSegmentSum", "sgd_1/Sum:Sum",
+                                    "sgd_1/mul_1/x:UnsortedSegmentSum",
+                                    "sgd_1/AssignSubVariableOp:AssignSubVariableOp")):
+                line.event(op, t + k * 15 * MS, 15 * MS - 1000)
         else:
             line.event("ResourceScatterSub:ResourceScatterSub", t, 4 * MS)
     return add
+
+
+def test_global_clipnorm_densifying_a_table_gradient_is_named(tmp_path):
+    """Keras 3's global_clipnorm densifies the table's gradient to take its norm (a densify op
+    feeding a Sum) and scales it whole: the clipping's remedy comes first. Adam's densify alone
+    is no clipping."""
+    clipped = by_id(analyze(host_trace(tmp_path / "c", compute_ms=20,
+                                       per_step=_embedding_step("clipped"))[1]))
+    f = clipped["dense_embedding_update"]
+    assert f.numbers["causes"] == ["dense_optimizer"] and f.numbers["global_clipnorm"]
+    assert f.remedy.startswith("Clip before the optimizer, with tf.clip_by_global_norm")
+    adam = by_id(analyze(host_trace(tmp_path / "a", compute_ms=20,
+                                    per_step=_embedding_step("dense"))[1]))
+    assert not adam["dense_embedding_update"].numbers["global_clipnorm"]
+    assert "clip_by_global_norm" not in adam["dense_embedding_update"].remedy
 
 
 def test_dense_optimizer_update_of_a_table(tmp_path):
