@@ -41,6 +41,8 @@ EVERY_STEP = 0.5
 RARELY = 100
 # TF2 `tf.summary.write` opens this name scope under the summary's tag.
 SUMMARY_SCOPE = re.compile(r"(?:^|/)write_summary(?:/|:|$)")
+# TF1's summary ops (tf.compat.v1.summary.*), fetched with a Session.run.
+_TF1_SUMMARIES = re.compile(r"^((Histogram|Scalar|Image|Audio|Tensor|Merge)Summary(V2)?)$")
 # The ops that write a summary: a step that runs one wrote one (`record_if`'s condition, a
 # `mod` and an `Equal` in the scope, runs every step).
 _WRITES = re.compile(
@@ -71,6 +73,12 @@ _REMEDY = {
         "buckets every value of its tensor, so its cost grows with the tensor's size. Keep "
         "histograms of embedding tables out of the training step (per epoch with Keras' "
         "histogram_freq, or of a sample of rows)."),
+    # TF1 graphs fetch their merged summary with the training op.
+    "summaries_tf1": (
+        "Fetch the merged summary (tf.compat.v1.summary.merge_all()) only every N steps: "
+        "sess.run([train_op, merged]) when step % 100 == 0 and sess.run(train_op) otherwise; "
+        "written every N steps they cost 1/N of this. Histograms are the costly kind: each "
+        "buckets every value of its tensor, so keep embedding tables out of them."),
     "debugger": (
         "Turn tfdbg off for training runs: drop "
         "tf.debugging.experimental.enable_dump_debug_info(...) (or call "
@@ -183,7 +191,7 @@ def detect(ctx: Context) -> Finding | None:
         step_fraction=min(saved, 1.0),
         speedup=speedup_from_saving(saved),
         evidence=evidence,
-        remedy=" ".join(_REMEDY[c] for c in causes),
+        remedy=" ".join(_REMEDY[_remedy_key(c, mine)] for c in causes),
         numbers={"causes": causes,
                  **{f"{c}_fraction": round(shares[c], 4) for c in causes},
                  **{f"{c}_steps_fraction": round(steps_with[c], 3) for c in causes},
@@ -191,6 +199,14 @@ def detect(ctx: Context) -> Finding | None:
                  "covered_fraction": round(covered, 4)},
         top_events=heaviest_events(mine),
     )
+
+
+def _remedy_key(cause: str, mine: pd.DataFrame) -> str:
+    """TF1 summaries (fetched with a Session.run) get their own remedy."""
+    if cause == "summaries" and len(mine) and cat_mask(
+            mine["name"], lambda n: _TF1_SUMMARIES.match(op_type_of(n))).any():
+        return "summaries_tf1"
+    return cause
 
 
 def _cause_line(ctx: Context, cause: str, rows: pd.DataFrame, busy: float, share: float,

@@ -102,7 +102,10 @@ MODE:
   one at a time, then batched, no prefetch (the TF1 tutorial pipeline), or one whole batch per
   record, parsed a record at a time, prefetched. `session_checkpoint` / `session_none`: the
   batched loop plus a 250,000 x 64 lookup table (not trained) that a `tf.compat.v1.train.Saver`
-  writes every 5th step, or no saver. `session_queue`: the loop reading through queue runners
+  writes every 5th step, or no saver. `session_summaries`: `session_none` fetching
+  `tf.compat.v1.summary.merge_all()` (a histogram of every variable, the table's among them,
+  and the loss) with every run and writing it with a `FileWriter`. `session_queue`: the loop
+  reading through queue runners
   (`string_input_producer`, `TFRecordReader`, `train.batch` with 2 threads), whose threads call
   Session.run thousands of times beside the training thread; `session_queue_data`: the same
   one-example records through tf.data instead (batched, parsed a batch at a time on AUTOTUNE
@@ -1225,7 +1228,7 @@ elif mode.startswith("session_"):
                             initializer=v1.glorot_uniform_initializer())
         h = h @ w + v1.get_variable(f"b{i}", [width], initializer=v1.zeros_initializer())
         h = tf.nn.relu(h) if width > 1 else h
-    if mode in ("session_checkpoint", "session_none"):
+    if mode in ("session_checkpoint", "session_none", "session_summaries"):
         table = v1.get_variable("table", [250_000, 64], trainable=False,
                                 initializer=v1.random_uniform_initializer(-0.05, 0.05))
         h += tf.reduce_sum(tf.gather(table, tf.zeros([batch], tf.int32)), 1, keepdims=True)
@@ -1237,10 +1240,22 @@ elif mode.startswith("session_"):
     threads = v1.train.start_queue_runners(sess, coord) if mode == "session_queue" else []
     saver = v1.train.Saver() if mode == "session_checkpoint" else None
     calls = itertools.count()
+    fetches: list = [train_op]
+    if mode == "session_summaries":
+        # The TF1 habit: every variable's histogram and the loss, merged and fetched with
+        # every training run, written by a FileWriter.
+        for var in v1.global_variables():
+            if "Adam" not in var.name and "power" not in var.name:
+                v1.summary.histogram(var.name.split(":")[0], var)
+        v1.summary.scalar("loss", loss)
+        fetches.append(v1.summary.merge_all())
+        writer = v1.summary.FileWriter(os.path.join(folder, "events"))
 
     def step():
-        sess.run(train_op)
-        if saver is not None and next(calls) % 5 == 4:
+        done = sess.run(fetches)
+        if mode == "session_summaries":
+            writer.add_summary(done[1], next(calls))
+        elif saver is not None and next(calls) % 5 == 4:
             saver.save(sess, os.path.join(folder, "ckpt"))
     profile_loop(step, markers=False)
     coord.request_stop()
