@@ -533,7 +533,7 @@ def _events_that_grew(ctx: Context, stalled: np.ndarray, typical: np.ndarray
     # Summaries written eagerly (Keras' TensorBoard callback at an epoch's end, a custom loop's
     # tf.summary outside its tf.function) run their ops one by one on the Python thread, and
     # only the write says whose they are: a histogram's Min, Max, OneHot and Sum come first
-    # (docs/trace-signals.md, "Debugging and summary ops in the step").
+    # (docs/trace-signals.md, "Uneven steps", histograms written eagerly).
     if (groups["summary"] & eager & (n_stalled > 0)).any():
         groups["summary"] |= new & eager & ~other_work
     groups["extra_work"] = new
