@@ -15,6 +15,10 @@ types, docs/trace-signals.md, "Debugging and summary ops in the step"):
   `check_numerics`, `assert_all_finite`).
 - `prints`: `PrintV2` (`tf.print` in the step).
 
+- `anomaly_detection` (PyTorch): `torch.autograd.set_detect_anomaly(True)` checks every backward
+  function's outputs for NaN, `aten::isnan`, `aten::_is_any_true` and `aten::item` inside each
+  `autograd::engine::evaluate_function: ...` (a user's own NaN check runs outside those).
+
 Estimate: the ops leave the step. On a CPU host the step's ops share its cores, so the saving is
 their share of all host ops' busy time, of the time ops cover in the step (the union of the
 debug ops' intervals would count ops running side by side with them: 9.7x where removing
@@ -32,6 +36,7 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_map, cat_mask, is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.steps import inside
 
 ID = "debug_ops_in_step"
 MIN_SHARE = 0.03
@@ -127,6 +132,8 @@ def _cause_codes(col: pd.Series, dumping: bool) -> np.ndarray:
 
 
 def detect(ctx: Context) -> Finding | None:
+    if ctx.framework == "pytorch":
+        return _anomaly_detection(ctx)
     if ctx.framework != "tensorflow":
         return None
     gpu = ctx.has_accelerator and "tf_op" in ctx.events
@@ -233,3 +240,57 @@ def _cause_line(ctx: Context, cause: str, rows: pd.DataFrame, busy: float, share
         line += ("; a DebugNumericSummaryV2 reduces each float output for its CheckNumericsV2: "
                  "tf.debugging.enable_check_numerics()")
     return line
+
+
+# Autograd's anomaly mode: per backward function, `isnan(output)._is_any_true().item()` (their
+# children, `aten::ne`, `aten::any`, `aten::_local_scalar_dense`, are inside these).
+_ANOMALY_CHECKS = frozenset({"aten::isnan", "aten::_is_any_true", "aten::item"})
+_BACKWARD_FUNCTION = "autograd::engine::evaluate_function: "
+_ANOMALY_REMEDY = (
+    "Turn autograd's anomaly detection off for training: no "
+    "torch.autograd.set_detect_anomaly(True), no `with torch.autograd.detect_anomaly():` "
+    "around the loop (keep it for a debugging run). It checks every backward function's "
+    "outputs for NaN (on a GPU each check's item() waits for the device) and records a stack "
+    "trace for every forward op, Python time this estimate does not count.")
+
+
+def _anomaly_detection(ctx: Context) -> Finding | None:
+    """PyTorch's anomaly mode: NaN checks inside the autograd engine's backward functions
+    (docs/trace-signals.md, "Debugging and summary ops in the step")."""
+    names = ctx.present("name")
+    if "aten::isnan" not in names or not any(n.startswith(_BACKWARD_FUNCTION) for n in names):
+        return None
+    cols = ("host", "name", "step_idx", "start_ns", "end_ns", "dur_ns")
+    backward = ctx.in_steps(name=lambda n: n.startswith(_BACKWARD_FUNCTION), columns=cols)
+    checks = ctx.in_steps(name=_ANOMALY_CHECKS.__contains__, columns=cols)
+    if backward.empty or checks.empty:
+        return None
+    within = inside(checks["start_ns"].to_numpy(np.int64), backward["start_ns"].to_numpy(np.int64),
+                    backward["end_ns"].to_numpy(np.int64))
+    checks = checks[within]
+    share = ctx.kernel_idle_share(checks) if len(checks) else 0.0
+    if share < MIN_SHARE:
+        return None
+    n = ctx.worker_steps(checks["host"])
+    step_ms = ctx.steps.median_step_ns() / 1e6
+    per_step = int(cat_mask(checks["name"], "aten::isnan".__eq__).sum()) / n
+    evidence = [
+        f"autograd's anomaly mode: {per_step:.0f} NaN check(s) per step (aten::isnan, "
+        "_is_any_true, item) inside the backward functions, one per function output: "
+        f"{share:.1%} of the step ({share * step_ms:.2f} ms of a {step_ms:.1f} ms step)",
+        "estimate: the checks leave the step; the stack trace it records for every forward op "
+        "is untraced Python, not counted (a lower bound)",
+    ]
+    if ctx.has_accelerator:
+        evidence.append("only the checks' time while no kernel ran is counted")
+    return Finding(
+        id=ID,
+        title="Debugging ops run inside every training step (autograd anomaly detection)",
+        step_fraction=share,
+        speedup=speedup_from_saving(share),
+        evidence=evidence,
+        remedy=_ANOMALY_REMEDY,
+        numbers={"causes": ["anomaly_detection"], "anomaly_detection_fraction": round(share, 4),
+                 "checks_per_step": round(per_step, 1)},
+        top_events=heaviest_events(checks),
+    )
