@@ -14,7 +14,6 @@ types, docs/trace-signals.md, "Debugging and summary ops in the step"):
 - `numeric_checks`: `CheckNumerics` / `CheckNumericsV2` (`tf.debugging.enable_check_numerics`,
   `check_numerics`, `assert_all_finite`).
 - `prints`: `PrintV2` (`tf.print` in the step).
-
 - `anomaly_detection` (PyTorch): `torch.autograd.set_detect_anomaly(True)` checks every backward
   function's outputs for NaN, `aten::isnan`, `aten::_is_any_true` and `aten::item` inside each
   `autograd::engine::evaluate_function: ...` (a user's own NaN check runs outside those).
@@ -265,8 +264,13 @@ def _anomaly_detection(ctx: Context) -> Finding | None:
     checks = ctx.in_steps(name=_ANOMALY_CHECKS.__contains__, columns=cols)
     if backward.empty or checks.empty:
         return None
-    within = inside(checks["start_ns"].to_numpy(np.int64), backward["start_ns"].to_numpy(np.int64),
-                    backward["end_ns"].to_numpy(np.int64))
+    # Each rank's checks against its own backward functions: ranks' clocks differ.
+    within = np.zeros(len(checks), dtype=bool)
+    for host in ctx.hosts:
+        mine, theirs = (checks["host"] == host).to_numpy(), (backward["host"] == host).to_numpy()
+        within[mine] = inside(checks["start_ns"].to_numpy(np.int64)[mine],
+                              backward["start_ns"].to_numpy(np.int64)[theirs],
+                              backward["end_ns"].to_numpy(np.int64)[theirs])
     checks = checks[within]
     share = ctx.kernel_idle_share(checks) if len(checks) else 0.0
     if share < MIN_SHARE:
