@@ -12,11 +12,14 @@ layer's own code) is counted with them (signals/conversion_bursts.py).
 
 from __future__ import annotations
 
+import numpy as np
+
 from analyzers.context import Context
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.conversion_bursts import conversion_bursts
 from analyzers.signals.eager_dispatch import eager_dispatch
-from analyzers.signals.executions import while_tracing
+from analyzers.signals.executions import eager_summary_spans, while_tracing
+from analyzers.steps import inside
 
 ID = "convert_to_tensor_gaps"
 MIN_PER_STEP = 4
@@ -29,11 +32,16 @@ def detect(ctx: Context) -> Finding | None:
     conv = ctx.in_steps(kinds=("convert",), line=ctx.main_line or None, host=ctx.step_host,
                         columns=("host", "name", "start_ns", "dur_ns"))
     share = ctx.fractions.get("convert", 0.0)
-    tracing = while_tracing(ctx, conv["start_ns"].to_numpy())
-    if tracing.any():
+    # Conversions made while tracing are graph construction, and those of a summary written
+    # eagerly are `debug_ops_in_step`'s.
+    start = conv["start_ns"].to_numpy(np.int64)
+    summary_s, summary_e = eager_summary_spans(ctx)
+    theirs = while_tracing(ctx, start) | (inside(start, summary_s, summary_e)
+                                          if len(summary_s) else False)
+    if theirs.any():
         all_ns = float(conv["dur_ns"].sum())
-        conv = conv[~tracing]
-        # The breakdown's exposed convert time, less the tracing part.
+        conv = conv[~theirs]
+        # The breakdown's exposed convert time, less theirs.
         share *= float(conv["dur_ns"].sum()) / all_ns if all_ns else 0.0
     worker_steps = ctx.worker_steps(conv["host"])
     per_step = len(conv) / worker_steps

@@ -35,7 +35,13 @@ import pandas as pd
 from analyzers.context import Context
 from analyzers.events import cat_map, cat_mask, is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.steps import inside
+from analyzers.signals.executions import (
+    PREFIX,
+    eager_summaries,
+    eager_summary_spans,
+    executions,
+)
+from analyzers.steps import covered_ns, inside
 
 ID = "debug_ops_in_step"
 MIN_SHARE = 0.03
@@ -137,7 +143,11 @@ def detect(ctx: Context) -> Finding | None:
         return None
     gpu = ctx.has_accelerator and "tf_op" in ctx.events
     names = [*ctx.present("name"), *(ctx.present("tf_op") if gpu else ())]
-    if not any(cause_of(n) for n in names) or ctx.total_step_ns <= 0:
+    if ctx.total_step_ns <= 0:
+        return None
+    # Summaries written eagerly from the Python loop beside a compiled step.
+    eager_s, eager_e = eager_summary_spans(ctx)
+    if not any(cause_of(n) for n in names) and not len(eager_s):
         return None
     dumping = any(op_type_of(n).startswith("DebugIdentity") for n in names)
     host_ops = ctx.in_steps(kinds=("host_op",),
@@ -157,7 +167,9 @@ def detect(ctx: Context) -> Finding | None:
                                     host_ops["step_idx"].to_numpy()[host_code == i])) / n_steps
                   for i, c in enumerate(CAUSE_IDS)}
     writes = cat_mask(host_ops["name"], lambda n: _WRITES.match(op_type_of(n)))
-    steps_with["summaries"] = len(np.unique(host_ops["step_idx"].to_numpy()[writes])) / n_steps
+    eager_rows = ctx.steps.row_at(eager_e - 1)
+    steps_with["summaries"] = len(np.union1d(host_ops["step_idx"].to_numpy()[writes],
+                                             eager_rows[eager_rows >= 0])) / n_steps
     periodic = 0 < steps_with["summaries"] < EVERY_STEP
     counted = [c for c in CAUSE_IDS if steps_with[c] and not (c == "summaries" and periodic)]
     if not counted:
@@ -175,21 +187,36 @@ def detect(ctx: Context) -> Finding | None:
         # has nothing to run.
         exposed = ctx.kernel_idle_share(host_ops[host_code == i]) if on == "kernels" else 0.0
         shares[c] = busy * covered + exposed
-        evidence.append(_cause_line(ctx, c, rows if len(rows) else host_ops[host_code == i],
-                                    busy, shares[c], exposed, step_ms, steps_with[c]))
+        if len(rows) or (host_code == i).any():
+            evidence.append(_cause_line(ctx, c, rows if len(rows) else host_ops[host_code == i],
+                                        busy, shares[c], exposed, step_ms, steps_with[c]))
+        if c == "summaries" and len(eager_s):
+            # One after another on the Python thread: the time they span leaves the step.
+            eager = covered_ns(eager_s, eager_e) / ctx.total_step_ns
+            shares[c] += eager
+            evidence.append(
+                f"{len(eager_s) / n_steps:.0f} summary write(s) per step made eagerly from Python "
+                f"beside the compiled step: {eager:.1%} of the step ({eager * step_ms:.2f} ms), "
+                "their ops, conversions and Python from the call before to each write")
     saved = sum(shares.values())
     if saved < MIN_SHARE:
         return None
-    evidence.append(
-        f"estimate: the ops leave the step: their share of the {on}' busy time, of the "
-        f"{covered:.0%} of the step the {on} cover"
-        + (" (the ops share the cores with those beside them: the intervals they ran in would "
-           "overstate it)" if on == "host ops" else ""))
+    causes = [c for c in counted if shares[c] > 0]
+    mine = pool[np.isin(pool_code, [CAUSE_IDS.index(c) for c in causes])]
+    if len(mine):
+        evidence.append(
+            f"estimate: the ops leave the step: their share of the {on}' busy time, of the "
+            f"{covered:.0%} of the step the {on} cover"
+            + (" (the ops share the cores with those beside them: the intervals they ran in "
+               "would overstate it)" if on == "host ops" else ""))
     if periodic:
         evidence.append(f"summaries ran in {steps_with['summaries']:.0%} of the steps only: "
                         "written every N steps, they are `step_stalls`' to estimate")
-    causes = [c for c in counted if shares[c] > 0]
-    mine = pool[np.isin(pool_code, [CAUSE_IDS.index(c) for c in causes])]
+    top = heaviest_events(mine)
+    if not top and len(eager_s):
+        ex = executions(ctx)
+        top = heaviest_events(pd.DataFrame({"name": PREFIX + ex["op"][eager_summaries(ctx)],
+                                            "dur_ns": ex["dur_ns"][eager_summaries(ctx)]}))
     return Finding(
         id=ID,
         title="Debugging ops run inside every training step ("
@@ -202,8 +229,9 @@ def detect(ctx: Context) -> Finding | None:
                  **{f"{c}_fraction": round(shares[c], 4) for c in causes},
                  **{f"{c}_steps_fraction": round(steps_with[c], 3) for c in causes},
                  "ops_per_step": round(len(mine) / ctx.worker_steps(mine["host"]), 1),
+                 "eager_writes_per_step": round(len(eager_s) / n_steps, 1),
                  "covered_fraction": round(covered, 4)},
-        top_events=heaviest_events(mine),
+        top_events=top,
     )
 
 

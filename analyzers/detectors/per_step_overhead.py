@@ -21,7 +21,7 @@ from analyzers.findings import Finding, speedup_from_saving
 from analyzers.gil_returns import MIN_WAIT_NS
 from analyzers.signals.batches import batches_per_step
 from analyzers.signals.conversion_bursts import conversion_bursts
-from analyzers.signals.executions import PREFIX, executions, graph_builds
+from analyzers.signals.executions import PREFIX, eager_summary_spans, executions, graph_builds
 from analyzers.signals.gil import gil_waits, input_holds_gil
 from analyzers.steps import covered_during, covered_ns, covered_per_step
 
@@ -65,6 +65,9 @@ def detect(ctx: Context) -> Finding | None:
                         bursts.start_ns])
     e = np.concatenate([re_, primitive["end_ns"].to_numpy(), other["end_ns"].to_numpy(),
                         bursts.end_ns])
+    # Summaries written eagerly between calls are `debug_ops_in_step`'s.
+    summary_s, summary_e = eager_summary_spans(ctx)
+    s, e = np.concatenate([s, summary_s]), np.concatenate([e, summary_e])
     # Waits for the GIL held by the input pipeline's Python are `input_preprocessing`'s.
     held = input_holds_gil(ctx)
     if held is not None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.context import Context
-from analyzers.signals.executions import executions, while_tracing
+from analyzers.signals.executions import eager_summary_spans, executions, while_tracing
+from analyzers.steps import inside
 
 # Longer than the casting layer's longest gap (1.1 ms), far shorter than a step worth profiling.
 MAX_GAP_NS = 2_000_000
@@ -52,6 +53,10 @@ def _bursts(ctx: Context) -> Bursts:
                         columns=("name", "start_ns", "end_ns", "step_idx")
                         ).sort_values("start_ns")
     conv = conv[~while_tracing(ctx, conv["start_ns"].to_numpy())]
+    # A summary written eagerly converts its arguments too: `debug_ops_in_step`'s.
+    summary_s, summary_e = eager_summary_spans(ctx)
+    if len(summary_s):
+        conv = conv[~inside(conv["start_ns"].to_numpy(np.int64), summary_s, summary_e)]
     if len(conv) < 2:
         return empty
     s = conv["start_ns"].to_numpy(np.int64)

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Context
-from analyzers.signals.executions import executions
+from analyzers.signals.executions import EAGER_LOOP_OPS, eager_summaries, executions
 
-MIN_OPS_PER_STEP = 20
+MIN_OPS_PER_STEP = EAGER_LOOP_OPS
 # Steps that already spend this share of their busy time inside tf.function calls are not eager
 # loops (a casting layer in front of a compiled step is `convert_to_tensor_gaps`).
 MAX_FUNCTION_SHARE = 0.5
@@ -52,7 +52,10 @@ def _measure(ctx: Context) -> EagerDispatch:
     # An eager `IteratorGetNext` is the input wait (input detectors' business), and eager Casts
     # or constants alone are a casting layer (`convert_to_tensor_gaps`): neither makes a step
     # eager, though an eager step's conversions go with it.
-    primitive = ex[~ex["function"] & ~ex["kind"].isin(("input_wait", "convert"))]
+    # A summary written eagerly beside a compiled step is `debug_ops_in_step`'s: its ops go
+    # when the summaries are written less often, not into a tf.function.
+    primitive = ex[~ex["function"] & ~ex["kind"].isin(("input_wait", "convert"))
+                   & ~eager_summaries(ctx)]
     fn_ns = float(ex["dur_ns"][ex["function"]].sum())
     per_step = len(primitive) / ctx.n_steps if ctx.n_steps else 0.0
     eager = (per_step >= MIN_OPS_PER_STEP and busy_ns > 0

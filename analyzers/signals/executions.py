@@ -6,6 +6,8 @@ span is instantiation). Read once per analysis and shared."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -16,6 +18,11 @@ from analyzers.steps import inside
 PREFIX = "EagerLocalExecute: "
 KERNEL = "EagerKernelExecute"
 _FUNCTIONS = ("__inference_", "__forward_", "__backward_")
+# Eager executions per step that make a loop eager (eager_dispatch.MIN_OPS_PER_STEP).
+EAGER_LOOP_OPS = 20
+# An eager summary write, and the writer's flush.
+_EAGER_WRITE = re.compile(r"^Write\w*Summary$")
+_EAGER_FLUSH = "FlushSummaryWriter"
 
 
 def executions(ctx: Context) -> pd.DataFrame:
@@ -24,6 +31,60 @@ def executions(ctx: Context) -> pd.DataFrame:
     kernel execution: `run_ns` (0 when the trace has none inside), `run_start_ns`, `run_end_ns`
     (the execution's own span when none)."""
     return ctx.memo("executions", lambda: _executions(ctx))
+
+
+def eager_summaries(ctx: Context) -> np.ndarray:
+    """Per execution (`executions` row), whether it is a summary written eagerly from Python in
+    a step that calls a tf.function: each `Write*Summary` with the ops run since the step's
+    last function call, fetch or write (a histogram's ReadVariableOp, Min, Max, OneHot, Sum),
+    and the writer's flushes. With the model compiled, eager ops right before a write are the
+    summary's; in an eager loop they could be the model's, and none are marked
+    (docs/trace-signals.md, "Debugging and summary ops in the step")."""
+    return _eager_summary_work(ctx)[0]
+
+
+def eager_summary_spans(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """The time each eagerly written summary takes on the step thread: from the end of the
+    function call, fetch or write before it (the step's start when none) to the end of its
+    write; conversions and Python inside are the summary's too."""
+    return _eager_summary_work(ctx)[1]
+
+
+def _eager_summary_work(ctx: Context) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    return ctx.memo("eager_summaries", lambda: _eager_summaries(ctx))
+
+
+def _eager_summaries(ctx: Context) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    ex = executions(ctx)
+    marked = np.zeros(len(ex), dtype=bool)
+    spans: tuple[list[int], list[int]] = ([], [])
+    ops = ex["op"].to_numpy()
+    writes = np.flatnonzero([bool(_EAGER_WRITE.match(op)) for op in ops])
+    if not len(writes):
+        return marked, (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    start, end = ex["start_ns"].to_numpy(np.int64), ex["end_ns"].to_numpy(np.int64)
+    row = ctx.steps.row_at(start)
+    step_start = ctx.steps.table["start_ns"].to_numpy(np.int64)
+    function = ex["function"].to_numpy(bool)
+    barrier = function | (ex["kind"].to_numpy() == "input_wait")
+    calling = np.unique(row[function & (row >= 0)])
+    for w in writes:
+        if row[w] < 0 or row[w] not in calling:
+            continue
+        marked[w] = True
+        k = w - 1
+        while k >= 0 and row[k] == row[w] and not barrier[k] and not marked[k]:
+            marked[k] = True
+            k -= 1
+        spans[0].append(int(end[k]) if k >= 0 and row[k] == row[w] else int(step_start[row[w]]))
+        spans[1].append(int(end[w]))
+    marked |= (ops == _EAGER_FLUSH) & np.isin(row, calling)
+    # Beside a loop that is eager itself (a compiled loss amid eager ops), what precedes a
+    # write may be the model's: nothing is marked then.
+    rest = ~function & ~np.isin(ex["kind"].to_numpy(), ("input_wait", "convert")) & ~marked
+    if rest.sum() >= EAGER_LOOP_OPS * max(ctx.n_steps, 1):
+        return np.zeros(len(ex), dtype=bool), (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return marked, (np.array(spans[0], np.int64), np.array(spans[1], np.int64))
 
 
 def graph_builds(ctx: Context) -> pd.DataFrame:

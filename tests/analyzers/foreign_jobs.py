@@ -139,12 +139,14 @@ MODE:
   400), padded to each batch's longest list or to 400; 5 warm-up steps, then 30 with the
   TensorBoard callback profiling batches 5-16. Prints `fit_s=` (the 30 steps).
 - `debug_none` / `debug_histograms` / `debug_histograms_rare` / `debug_histograms_every10` /
-  `debug_dump` / `debug_check_numerics`: a custom loop over a 250,000 x 64 embedding table
-  (26 ids per example, batch 512) and a 1664-256-1 MLP, a `tf.function` step of ~11 ms: as it
-  is; writing every variable's histogram and the loss from inside the step (`tf.summary`,
-  every step, or under `record_if` every 100th or every 10th step); with tfdbg's
-  `enable_dump_debug_info` (FULL_HEALTH); or with `tf.debugging.enable_check_numerics()`. 20
-  profiled steps (8 for `debug_histograms`, ~1 s each).
+  `debug_histograms_eager` / `debug_dump` / `debug_check_numerics`: a custom loop over a
+  250,000 x 64 embedding table (26 ids per example, batch 512) and a 1664-256-1 MLP, a
+  `tf.function` step of ~11 ms: as it is; writing every variable's histogram and the loss from
+  inside the step (`tf.summary`, every step, or under `record_if` every 100th or every 10th
+  step); with tfdbg's `enable_dump_debug_info` (FULL_HEALTH); or with
+  `tf.debugging.enable_check_numerics()`. 20 profiled steps (8 for `debug_histograms`, ~1 s
+  each). `debug_histograms_eager`: the w1 and w2 histograms written eagerly from the Python loop
+  after each call.
 - `tfdata_debug` / `tfdata_nodebug`: Keras fit of a 64-256-1 MLP on batches of 256 mapped by
   20 TF ops (`num_parallel_calls=AUTOTUNE`, then `prefetch(AUTOTUNE)`), with or without
   `tf.data.experimental.enable_debug_mode()` (which runs the map as Python, sequentially,
@@ -1053,7 +1055,7 @@ elif mode.startswith("debug_"):
         table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
         w1.assign_sub(0.05 * g1)
         w2.assign_sub(0.05 * g2)
-        if mode.startswith("debug_histograms"):
+        if mode.startswith("debug_histograms") and mode != "debug_histograms_eager":
             # The habit: every variable's histogram and the loss, from inside the step.
             with writer.as_default(step=step_var), \
                     tf.summary.record_if(lambda: step_var % every == 0):
@@ -1061,8 +1063,16 @@ elif mode.startswith("debug_"):
                     tf.summary.histogram(v.name.split(":")[0], v)
                 tf.summary.scalar("loss", loss)
         step_var.assign_add(1)
+    step = train
+    if mode == "debug_histograms_eager":
+        # The same writes from the Python loop after each call, eagerly.
+        def step():
+            train()
+            with writer.as_default(step=step_var):
+                for v in (w1, w2):
+                    tf.summary.histogram(v.name.split(":")[0], v)
     heavy = mode == "debug_histograms"  # ~1 s a step on 2 cores
-    profile_loop(train, steps=8 if heavy else 20, timed=8 if heavy else 50)
+    profile_loop(step, steps=8 if heavy else 20, timed=8 if heavy else 50)
 elif mode in ("tfdata_debug", "tfdata_nodebug"):
     if mode == "tfdata_debug":
         tf.data.experimental.enable_debug_mode()
