@@ -214,9 +214,8 @@ def detect(ctx: Context) -> Finding | None:
                         "written every N steps, they are `step_stalls`' to estimate")
     top = heaviest_events(mine)
     if not top and len(eager_s):
-        ex = executions(ctx)
-        top = heaviest_events(pd.DataFrame({"name": PREFIX + ex["op"][eager_summaries(ctx)],
-                                            "dur_ns": ex["dur_ns"][eager_summaries(ctx)]}))
+        ex = executions(ctx)[eager_summaries(ctx)]
+        top = heaviest_events(pd.DataFrame({"name": PREFIX + ex["op"], "dur_ns": ex["dur_ns"]}))
     return Finding(
         id=ID,
         title="Debugging ops run inside every training step ("
