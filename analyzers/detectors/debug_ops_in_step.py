@@ -52,11 +52,11 @@ RARELY = 100
 # TF2 `tf.summary.write` opens this name scope under the summary's tag.
 SUMMARY_SCOPE = re.compile(r"(?:^|/)write_summary(?:/|:|$)")
 # TF1's summary ops (tf.compat.v1.summary.*), fetched with a Session.run.
-_TF1_SUMMARIES = re.compile(r"^((Histogram|Scalar|Image|Audio|Tensor|Merge)Summary(V2)?)$")
+_TF1_TYPES = r"(Histogram|Scalar|Image|Audio|Tensor|Merge)Summary(V2)?"
+_TF1_SUMMARIES = re.compile(rf"^{_TF1_TYPES}$")
 # The ops that write a summary: a step that runs one wrote one (`record_if`'s condition, a
 # `mod` and an `Equal` in the scope, runs every step).
-_WRITES = re.compile(
-    r"^(Write\w*Summary|ImportEvent|(Histogram|Scalar|Image|Audio|Tensor|Merge)Summary(V2)?)$")
+_WRITES = re.compile(rf"^(Write\w*Summary|ImportEvent|{_TF1_TYPES})$")
 _SUMMARY_TYPES = re.compile(
     r"^(FlushSummaryWriter|CreateSummary\w*Writer|SummaryWriter)$|" + _WRITES.pattern)
 _CAUSES: dict[str, re.Pattern[str]] = {
@@ -123,10 +123,6 @@ def _summary_tag(name: str) -> str:
     return name[:m.start()] if m and m.start() else name.split(":")[0]
 
 
-def _busy_ns(df: pd.DataFrame) -> float:
-    return float((df["end_ns"].to_numpy(np.int64) - df["start_ns"].to_numpy(np.int64)).sum())
-
-
 def _cause_codes(col: pd.Series, dumping: bool) -> np.ndarray:
     """Per row of a categorical name column, the index of its cause in CAUSE_IDS (-1: none),
     worked out once per distinct name: a large trace has millions of host ops."""
@@ -163,26 +159,28 @@ def detect(ctx: Context) -> Finding | None:
         if not kernels.empty:
             pool, pool_code, on = kernels, _cause_codes(kernels["name"], dumping), "kernels"
     n_steps = max(ctx.n_steps, 1)
-    steps_with = {c: len(np.union1d(pool["step_idx"].to_numpy()[pool_code == i],
-                                    host_ops["step_idx"].to_numpy()[host_code == i])) / n_steps
-                  for i, c in enumerate(CAUSE_IDS)}
+    # A step wrote summaries when a write op ran in it, in the graph or eagerly; the other
+    # causes run wherever their ops do.
     writes = cat_mask(host_ops["name"], lambda n: _WRITES.match(op_type_of(n)))
     eager_rows = ctx.steps.row_at(eager_e - 1)
-    steps_with["summaries"] = len(np.union1d(host_ops["step_idx"].to_numpy()[writes],
-                                             eager_rows[eager_rows >= 0])) / n_steps
+    steps_with = {"summaries": len(np.union1d(host_ops["step_idx"].to_numpy()[writes],
+                                              eager_rows[eager_rows >= 0])) / n_steps}
+    steps_with |= {c: len(np.union1d(pool["step_idx"].to_numpy()[pool_code == i],
+                                     host_ops["step_idx"].to_numpy()[host_code == i])) / n_steps
+                   for i, c in enumerate(CAUSE_IDS) if c != "summaries"}
     periodic = 0 < steps_with["summaries"] < EVERY_STEP
     counted = [c for c in CAUSE_IDS if steps_with[c] and not (c == "summaries" and periodic)]
     if not counted:
         return None
     covered = ctx.kernel_idle_share(pool, kernels=False)
-    pool_busy = _busy_ns(pool)
+    pool_busy = float(pool["dur_ns"].sum())
     step_ms = ctx.steps.median_step_ns() / 1e6
     shares: dict[str, float] = {}
     evidence: list[str] = []
     for c in counted:
         i = CAUSE_IDS.index(c)
         rows = pool[pool_code == i]
-        busy = _busy_ns(rows) / pool_busy if pool_busy else 0.0
+        busy = float(rows["dur_ns"].sum()) / pool_busy if pool_busy else 0.0
         # A GPU job's host-side debug work (summary writes, tfdbg's dumps) while the device
         # has nothing to run.
         exposed = ctx.kernel_idle_share(host_ops[host_code == i]) if on == "kernels" else 0.0
