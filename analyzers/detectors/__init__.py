@@ -35,6 +35,7 @@ DETECTOR_IDS = (
     "host_device_pingpong",
     "embeddings_on_host",
     "dense_embedding_update",
+    "one_hot_matmul",
     "preprocessing_in_step",
     "debug_ops_in_step",
 )

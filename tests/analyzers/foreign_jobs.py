@@ -68,6 +68,18 @@ MODE:
   with `global_clipnorm=1.0` on every variable (the norm is taken of a densified table
   gradient); `embedding_sgd_clip_first`: `tf.clip_by_global_norm` on the gradients, then SGD
   (sparse throughout); `embedding_sgd`: SGD without clipping.
+- `onehot_dense` / `onehot_tf` / `onehot_embedding`: Keras fit of 8 categorical features of
+  10,000 ids each (batch 512) into a 256-128-1 MLP, each feature encoded by
+  `CategoryEncoding(output_mode="one_hot")` (or `tf.one_hot` in a Lambda) and multiplied by a
+  `Dense(16, use_bias=False)`, or looked up by `Embedding(10_000, 16)`: the same function.
+  `multihot_dense` / `multihot_embedding`: one feature of 10 ids per example out of 10,000,
+  `CategoryEncoding(output_mode="count")` into `Dense(16, use_bias=False)`, or `Embedding` summed
+  over the ids. `wide_onehot` / `wide_embedding`: the 8 features' one-hots concatenated into one
+  linear unit (a "wide" part), or `Embedding(80_000, 1)` of offset ids summed.
+  `session_onehot` / `session_embedding`: a TF1 `Session` loop of the 8 one-hot features times
+  a 10,000 x 16 weight each (`tf.one_hot(ids, V) @ w`), or `tf.nn.embedding_lookup(w, ids)`,
+  `tf.compat.v1.train.AdamOptimizer`. `session_embedding_sparse`: the lookups with the tables
+  updated by `GradientDescentOptimizer` (their rows only), Adam for the MLP.
 - `periodic_checkpoint` / `periodic_gc` / `periodic_none`: a custom loop over a 250,000 x 64
   embedding table (a `tf.function` step of ~10 ms) that every 5th step writes a checkpoint of
   the table and layer (`tf.train.Checkpoint.write`), or calls `gc.collect()` with 1.5M Python
@@ -198,14 +210,21 @@ def mlp(inputs: int, *hidden: int, **compile_args) -> tf.keras.Model:
 
 
 def fit_timed(model: tf.keras.Model, ds: tf.data.Dataset, timed: int, then: int,
-              profile: bool = True) -> None:
-    """5 warm-up steps, `timed` steps timed untraced (printed as `untraced_step_ms=`), then
-    `then` more steps under tf.profiler (without it when `profile` is off: the window of a job
-    run under `recadvisor capture`)."""
+              profile: bool = True, median: bool = False) -> None:
+    """5 warm-up steps, `timed` steps timed untraced (printed as `untraced_step_ms=`, and with
+    `median` the median interval between batch ends as `untraced_step_median_ms=`: a one-off
+    stall inside the timed steps moves the mean), then `then` more steps under tf.profiler
+    (without it when `profile` is off: the window of a job run under `recadvisor capture`)."""
     model.fit(ds, steps_per_epoch=5, epochs=1, verbose=0)
+    ends: list[float] = []
+    record = tf.keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter()))
     t = time.perf_counter()
-    model.fit(ds, steps_per_epoch=timed, epochs=1, verbose=0)
+    model.fit(ds, steps_per_epoch=timed, epochs=1, verbose=0,
+              callbacks=[record] if median else None)
     print(f"untraced_step_ms={(time.perf_counter() - t) / timed * 1e3:.3f}", flush=True)
+    if median:
+        print(f"untraced_step_median_ms={np.median(np.diff(ends)) * 1e3:.3f}", flush=True)
     if profile:
         tf.profiler.experimental.start(logdir)
     model.fit(ds, steps_per_epoch=then, epochs=1, verbose=0)
@@ -272,15 +291,22 @@ def mlp_step(layers: int):
     return step
 
 
-def profile_loop(step, steps: int = 20, markers: bool = True, timed: int = 50) -> None:
-    """5 warm-up steps, `timed` timed untraced, then `steps` profiled, each in a `train` step
-    marker unless `markers` is false (the job's own calls are then all the trace has)."""
+def profile_loop(step, steps: int = 20, markers: bool = True, timed: int = 50,
+                 median: bool = False) -> None:
+    """5 warm-up steps, `timed` timed untraced (with `median`, their median too, as
+    `untraced_step_median_ms=`), then `steps` profiled, each in a `train` step marker unless
+    `markers` is false (the job's own calls are then all the trace has)."""
     for _ in range(5):
         step()
+    times = []
     t = time.perf_counter()
     for _ in range(timed):
         step()
+        times.append(time.perf_counter())
     print(f"untraced_step_ms={(time.perf_counter() - t) / timed * 1e3:.3f}", flush=True)
+    if median:
+        print(f"untraced_step_median_ms={np.median(np.diff([t, *times])) * 1e3:.3f}",
+              flush=True)
     tf.profiler.experimental.start(logdir)
     for i in range(steps):
         with (tf.profiler.experimental.Trace("train", step_num=i, _r=1) if markers
@@ -888,6 +914,81 @@ elif mode.startswith("embedding_"):
             table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
             opt.apply_gradients([(g1, w1), (g2, w2)])
     profile_loop(step, steps=10)
+elif mode.startswith(("onehot_", "multihot_", "wide_")):
+    vocab, width, n_features, batch = 10_000, 16, 8, 512
+    labels = rng.integers(0, 2, size=(batch * 32, 1)).astype("float32")
+    per_example = 10 if mode.startswith("multihot_") else n_features
+    ids = rng.integers(0, vocab, size=(batch * 32, per_example))
+    ds = tf.data.Dataset.from_tensor_slices((ids, labels)).batch(batch).cache().repeat()
+    inputs = tf.keras.Input((per_example,), dtype="int64")
+    if mode == "multihot_dense":
+        h = tf.keras.layers.CategoryEncoding(num_tokens=vocab, output_mode="count")(inputs)
+        h = tf.keras.layers.Dense(width, use_bias=False)(h)
+    elif mode == "multihot_embedding":
+        rows = tf.keras.layers.Embedding(vocab, width)(inputs)
+        h = tf.keras.layers.Lambda(lambda t: tf.reduce_sum(t, 1), output_shape=(width,))(rows)
+    elif mode == "wide_onehot":
+        h = tf.keras.layers.Concatenate()([
+            tf.keras.layers.CategoryEncoding(num_tokens=vocab, output_mode="one_hot")(inputs[:, i])
+            for i in range(n_features)])
+        h = tf.keras.layers.Dense(1)(h)
+    elif mode == "wide_embedding":
+        offsets = tf.constant(np.arange(n_features) * vocab, tf.int64)
+        shifted = tf.keras.layers.Lambda(lambda t: t + offsets, output_shape=(n_features,))(inputs)
+        rows = tf.keras.layers.Embedding(n_features * vocab, 1)(shifted)
+        h = tf.keras.layers.Lambda(lambda t: tf.reduce_sum(t, 1), output_shape=(1,))(rows)
+    else:
+        columns = []
+        for i in range(n_features):
+            x = inputs[:, i]
+            if mode == "onehot_dense":
+                x = tf.keras.layers.CategoryEncoding(num_tokens=vocab, output_mode="one_hot")(x)
+            elif mode == "onehot_tf":
+                x = tf.keras.layers.Lambda(lambda t: tf.one_hot(t, vocab),
+                                           output_shape=(vocab,))(x)
+            columns.append(tf.keras.layers.Embedding(vocab, width)(x)
+                           if mode == "onehot_embedding"
+                           else tf.keras.layers.Dense(width, use_bias=False)(x))
+        h = tf.keras.layers.Concatenate()(columns)
+    for units in (256, 128):
+        h = tf.keras.layers.Dense(units, "relu")(h)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(h))
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    fit_timed(model, ds.prefetch(2), timed=60, then=16, median=True)
+elif mode in ("session_onehot", "session_embedding", "session_embedding_sparse"):
+    tf.compat.v1.disable_eager_execution()
+    v1 = tf.compat.v1
+    vocab, width, n_features, batch = 10_000, 16, 8, 512
+    ids_all = rng.integers(0, vocab, size=(batch * 32, n_features))
+    y_all = rng.integers(0, 2, size=(batch * 32,)).astype("float32")
+    ids, y = v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices((ids_all, y_all)).batch(batch).cache().repeat()
+        .prefetch(2)).get_next()
+    columns = []
+    for i in range(n_features):
+        w = v1.get_variable(f"table{i}", [vocab, width],
+                            initializer=v1.random_uniform_initializer(-0.05, 0.05))
+        columns.append(tf.one_hot(ids[:, i], vocab) @ w if mode == "session_onehot"
+                       else tf.nn.embedding_lookup(w, ids[:, i]))
+    h = tf.concat(columns, 1)
+    for i, units in enumerate((256, 128, 1)):
+        w = v1.get_variable(f"w{i}", [h.shape[-1], units],
+                            initializer=v1.glorot_uniform_initializer())
+        h = h @ w
+        h = tf.nn.relu(h) if units > 1 else h
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+    if mode == "session_embedding_sparse":
+        # TF1's Adam decays every row's moments on a lookup's gradient too: SGD for the tables
+        # (a scatter of the rows looked up), Adam for the MLP.
+        tables = [v for v in v1.trainable_variables() if v.name.startswith("table")]
+        rest = [v for v in v1.trainable_variables() if v not in tables]
+        train_op = tf.group(v1.train.GradientDescentOptimizer(0.05).minimize(loss, var_list=tables),
+                            v1.train.AdamOptimizer(1e-3).minimize(loss, var_list=rest))
+    else:
+        train_op = v1.train.AdamOptimizer(1e-3).minimize(loss)
+    sess = v1.Session()
+    sess.run(v1.global_variables_initializer())
+    profile_loop(lambda: sess.run(train_op), markers=False, timed=60, steps=16, median=True)
 elif mode in ("numpy_feed", "dataset_feed"):
     # float64 NumPy batches sliced and passed to a tf.function each step (converted on the
     # Python thread, cast inside), or the same data as a float32 tf.data pipeline.

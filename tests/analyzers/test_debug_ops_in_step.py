@@ -17,7 +17,6 @@ recorded TF 2.21 traces of `python tests/analyzers/foreign_jobs.py DIR MODE` (te
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 
 from analyzers.detectors.debug_ops_in_step import cause_of
 from analyzers.report import analyze
-from tests.analyzers.traces import MS, gpu_trace, host_trace
+from tests.analyzers.traces import MS, gpu_trace, host_trace, recorded_logdir
 
 DATA = Path(__file__).parent / "data" / "tf2.21"
 TORCH = Path(__file__).parent / "data" / "pytorch-cpu-anomaly"
@@ -36,10 +35,7 @@ def by_id(report):
 
 
 def recorded(tmp: Path, name: str):
-    run = tmp / "plugins" / "profile" / "2026_11_29_21_00_00"
-    run.mkdir(parents=True)
-    (run / "vm.xplane.pb").write_bytes(gzip.decompress((DATA / name).read_bytes()))
-    return analyze(tmp)
+    return analyze(recorded_logdir(tmp, DATA / name, "2026_11_29_21_00_00"))
 
 
 def ops_after_compute(ops: list[tuple[str, float]], steps: set[int] | None = None):

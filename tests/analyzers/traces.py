@@ -7,6 +7,7 @@ Every step is `step_ms` long and starts with a `train` marker carrying `step_num
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,14 @@ from tests.analyzers.xspace_builder import DEFAULT_PROFILE_START_NS, Ref, XSpace
 
 MS = 1_000_000
 PIPE = "Iterator::Root::Prefetch::ParallelMapV2::BatchV2::ParallelInterleaveV4"
+
+
+def recorded_logdir(tmp: Path, xplane_gz: Path, run: str = "2026_11_29_00_00_00") -> Path:
+    """A logdir in `tmp` whose one run holds a recorded xplane (`*.xplane.pb.gz`), unpacked."""
+    folder = tmp / "plugins" / "profile" / run
+    folder.mkdir(parents=True)
+    (folder / "vm.xplane.pb").write_bytes(gzip.decompress(xplane_gz.read_bytes()))
+    return tmp
 
 
 def host_trace(
