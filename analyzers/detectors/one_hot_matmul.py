@@ -45,6 +45,7 @@ from analyzers.context import Context
 from analyzers.detectors.debug_ops_in_step import SUMMARY_SCOPE
 from analyzers.events import cat_map, is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.ingest.hlo import HloOp
 
 ID = "one_hot_matmul"
 MIN_SHARE = 0.03
@@ -101,7 +102,9 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.framework != "tensorflow" or ctx.total_step_ns <= 0:
         return None
     gpu = ctx.has_accelerator and "tf_op" in ctx.events
-    names = [*ctx.present("name"), *(ctx.present("tf_op") if gpu else ())]
+    hlo = ctx.run.hlo_ops
+    names = [*ctx.present("name"), *(ctx.present("tf_op") if gpu else ()),
+             *(op.tf_op for op in hlo.values())]
     if not any(_ENCODINGS.match(op_type_of(n)) for n in names):
         return None
     cols = ("host", "line", "name", "step_idx", "start_ns", "end_ns", "dur_ns")
@@ -115,7 +118,11 @@ def detect(ctx: Context) -> Finding | None:
             pool, on = kernels, "kernels"
     lines = _Lines(pool)
     counted, unlinked = _counted(lines)
-    if not counted["matmuls"]:
+    if hlo:
+        ran = set(ctx.present("name"))
+        for part, thunks in _xla_counted(hlo).items():
+            counted[part] |= thunks & ran
+    if not counted["matmuls"] and not counted["backward"]:
         return None
     fractions, shares = _shares(ctx, pool, host_ops, counted, on)
     saved = sum(fractions.values())
@@ -123,15 +130,19 @@ def detect(ctx: Context) -> Finding | None:
         return None
     mine = pool[_in_names(pool["name"], set().union(*counted.values()))]
     n = ctx.worker_steps(mine["host"])
+    def tf_type(name: str) -> str:
+        return op_type_of(hlo[name].tf_op if name in hlo else name)
+
     kinds = pd.Series(cat_map(mine["name"][_in_names(mine["name"], counted["encodings"])],
-                              op_type_of)).value_counts()
+                              tf_type)).value_counts()
     step_ms = ctx.steps.median_step_ns() / 1e6
-    matmuls = sorted(counted["matmuls"])
+    matmuls = sorted(counted["matmuls"] or counted["backward"])
+    compiled = sum(m in hlo for m in matmuls)
     evidence = [
         f"{sum(kinds) / n:.0f} one-hot or multi-hot encoding(s) per step ("
         + ", ".join(f"{t} x{c / n:.0f}" for t, c in kinds.items())
         + f") handed straight to {len(matmuls)} matmul(s) ("
-        + ", ".join(_short(m) for m in matmuls[:3]) + (", ..." if len(matmuls) > 3 else "")
+        + ", ".join(_label(m, hlo) for m in matmuls[:3]) + (", ..." if len(matmuls) > 3 else "")
         + f"): categorical features multiplied as one-hot vectors, {saved:.1%} of the step "
         f"({saved * step_ms:.2f} ms of a {step_ms:.1f} ms step)",
         f"of the {on}' busy time: " + ", ".join(shares),
@@ -148,6 +159,12 @@ def detect(ctx: Context) -> Finding | None:
             "decays every row's moments, in several unfused passes over the whole table "
             "(its docstring; LazyAdam does not), so keeping it wins much less than this: "
             "update the tables with a row-sparse optimizer (SGD, Adagrad, LazyAdam)")
+    if compiled:
+        evidence.append(
+            f"{compiled} of the matmuls compiled by XLA: their inputs read from the compiled "
+            "module's HLO (XLA does not turn them into lookups); XLA:CPU runs parallel dots off "
+            "the traced threads, so the module's span is shared out by the thunks' traced time: "
+            "a lower bound when the untraced work is these matmuls' own")
     if unlinked:
         evidence.append(f"{unlinked} encoding op name(s) never seen handing to a matmul are "
                         "left out (their consumer ran on another thread)")
@@ -234,6 +251,59 @@ def _counted(lines: _Lines) -> tuple[dict[str, set[str]], int]:
             "updates": lines.names(after[lines.role[after] == _APPLY])}, len(unlinked - encodings)
 
 
+# The span of one run of an XLA:CPU module, on the calling thread (docs/trace-signals.md, "XLA on
+# the CPU").
+_XLA_EXECUTABLE = "CpuExecutable::ExecuteAsyncOnStream"
+# HLO instructions that only move or reshape data between an encoding and its dot.
+_XLA_LAYOUT = frozenset({"bitcast", "copy", "reshape", "transpose", "concatenate", "convert",
+                         "slice", "broadcast"})
+
+
+def _xla_counted(hlo: dict[str, HloOp]) -> dict[str, set[str]]:
+    """The same parts in XLA-compiled steps, by thunk (HLO instruction) name: the dataflow is in
+    the module (operands), the TF ops in each instruction's metadata. A matmul reading an
+    encoding, through up to MAX_HOPS layout instructions, is a forward matmul or, named as a
+    gradient (XLA keeps the tape's op names), a backward one; gradients of those by name too."""
+    def encoding(name: str) -> bool:
+        op = hlo.get(name)
+        return op is not None and not op.has_dot and bool(_ENCODINGS.match(op_type_of(op.tf_op)))
+
+    def layout(name: str) -> bool:
+        op = hlo.get(name)
+        return op is not None and not op.has_dot and (
+            op.opcode in _XLA_LAYOUT
+            or (op.opcode == "fusion" and bool(_LAYOUT.match(op_type_of(op.tf_op)))))
+
+    out: dict[str, set[str]] = {part: set() for part in _PARTS}
+    for name, op in hlo.items():
+        if not op.has_dot:
+            continue
+        frontier: list[tuple[str, tuple[str, ...]]] = [(o, ()) for o in op.operands]
+        found = False
+        for _ in range(MAX_HOPS + 1):
+            onward = []
+            for operand, path in frontier:
+                if encoding(operand):
+                    out["encodings"].add(operand)
+                    out["layout"] |= set(path)
+                    found = True
+                elif layout(operand):
+                    onward += [(o, (*path, operand)) for o in hlo[operand].operands]
+            frontier = onward
+        if found:
+            gradient = _TAPE in op.tf_op or _TF1_GRADIENTS in op.tf_op
+            out["backward" if gradient else "matmuls"].add(name)
+    keys = {hlo[m].tf_op.rpartition(":")[0] for m in out["matmuls"]}
+    out["backward"] |= {n for n, op in hlo.items()
+                        if op.has_dot and n not in out["matmuls"] and _gradient_of(op.tf_op, keys)}
+    return out
+
+
+def _label(name: str, hlo: dict[str, HloOp]) -> str:
+    """A matmul as the evidence names it: a thunk with the TF op it came from."""
+    return f"{name} ({_short(hlo[name].tf_op)})" if name in hlo else _short(name)
+
+
 def _gradient_of(name: str, forward: set[str]) -> bool:
     """Whether a TF op is a gradient op of one of the `forward` ops (TF2 tape or TF1)."""
     op = name.rpartition(":")[0] or name
@@ -260,6 +330,11 @@ def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
     """Each part's saving (its share of the pool's busy time, of the time the pool covers; with
     kernels, plus the parts' host ops while no kernel runs) and its busy share as text."""
     covered = ctx.kernel_idle_share(pool, kernels=False)
+    if on == "host ops" and any(n in ctx.run.hlo_ops for part in counted.values() for n in part):
+        # XLA:CPU hands a parallel dot to Eigen's pool and its thunk's event ends at the hand-off:
+        # the compiled module's span holds work no thunk covers, shared out like the rest.
+        spans = ctx.in_steps(name=_XLA_EXECUTABLE.__eq__, columns=("host", "start_ns", "end_ns"))
+        covered = ctx.kernel_idle_share(pool, spans, kernels=False)
     busy = float(pool["dur_ns"].sum())
     fractions: dict[str, float] = {}
     shares = []

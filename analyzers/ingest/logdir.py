@@ -21,6 +21,7 @@ import pandas as pd
 from analyzers.events import empty_events
 from analyzers.host_clocks import describe, read_offsets, shift_hosts
 from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
+from analyzers.ingest.hlo import HloOp
 from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
 from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
 from analyzers.ingest.xplane import (
@@ -70,6 +71,9 @@ class RunData:
     # `deviceProperties` (keyed by the GPU's name) or the xplane device planes' `compute_cap_*`
     # stats (keyed by the plane).
     gpus: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # XLA thunk name -> the HLO instruction it runs, from the xplanes' saved modules
+    # (analyzers/ingest/hlo.py); a name the hosts' modules disagree on is left out.
+    hlo_ops: dict[str, HloOp] = field(default_factory=dict)
 
 
 def _trace_files(folder: Path) -> list[Path]:
@@ -242,6 +246,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
     machines: dict[str, str] = {}
     world_sizes = []
     gpus: dict[str, tuple[int, int]] = {}
+    hlo_ops: dict[str, HloOp] = {}
+    clashes: set[str] = set()
     warnings: list[str] = []
     headers = {f: h for f in files
                if not f.name.endswith((XPLANE_SUFFIX, GZ_XPLANE_SUFFIX))
@@ -264,6 +270,9 @@ def load_run(path: Path, run: str | None = None) -> RunData:
             x = read(f, host)
             parts.append((x.events, x.t0_unix_ns))
             gpus.update(_plane_capabilities(x.plane_stats))
+            for name, op in x.hlo_ops.items():
+                if hlo_ops.setdefault(name, op) != op:
+                    clashes.add(name)
         else:
             try:
                 parts.append(read_chrome_trace(f, host, warnings))
@@ -311,7 +320,8 @@ def load_run(path: Path, run: str | None = None) -> RunData:
                    warnings=warnings, machines=machines,
                    world_size=max(world_sizes, default=None),
                    cycle=(chosen.chosen, chosen.count) if chosen.count > 1 else None,
-                   clock_offsets=offsets, gpus=gpus)
+                   clock_offsets=offsets, gpus=gpus,
+                   hlo_ops={k: v for k, v in hlo_ops.items() if k not in clashes})
     _attach_side_files(data, run_dir)
     return data
 

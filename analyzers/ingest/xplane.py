@@ -36,6 +36,7 @@ from analyzers.events import (
     small_codes,
     stat_aliases,
 )
+from analyzers.ingest.hlo import METADATA_PLANE, HloOp, plane_hlo_ops
 from analyzers.ingest.xplane_arrays import (
     MAX_STAT_ID,
     DecodedSpace,
@@ -55,6 +56,8 @@ class XSpaceTable:
     t0_unix_ns: int
     planes: list[str] = field(default_factory=list)
     plane_stats: dict[str, dict[str, object]] = field(default_factory=dict)
+    # XLA thunk name -> its HLO instruction (analyzers/ingest/hlo.py), from the saved modules.
+    hlo_ops: dict[str, HloOp] = field(default_factory=dict)
 
 
 @dataclass
@@ -262,6 +265,8 @@ def _table(d: _Decoded, host: str) -> XSpaceTable:
         t0_unix_ns=t0,
         planes=[p.name for p in planes],
         plane_stats=plane_stats,
+        hlo_ops={k: v for p in planes if p.name == METADATA_PLANE
+                 for k, v in plane_hlo_ops(p).items()},
     )
 
 

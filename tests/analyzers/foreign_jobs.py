@@ -72,6 +72,8 @@ MODE:
   10,000 ids each (batch 512) into a 256-128-1 MLP, each feature encoded by
   `CategoryEncoding(output_mode="one_hot")` (or `tf.one_hot` in a Lambda) and multiplied by a
   `Dense(16, use_bias=False)`, or looked up by `Embedding(10_000, 16)`: the same function.
+  `onehot_dense_xla` / `onehot_embedding_xla`: the first and the last compiled by XLA
+  (`jit_compile=True`, 8 profiled steps).
   `multihot_dense` / `multihot_embedding`: one feature of 10 ids per example out of 10,000,
   `CategoryEncoding(output_mode="count")` into `Dense(16, use_bias=False)`, or `Embedding` summed
   over the ids. `wide_onehot` / `wide_embedding`: the 8 features' one-hots concatenated into one
@@ -941,20 +943,21 @@ elif mode.startswith(("onehot_", "multihot_", "wide_")):
         columns = []
         for i in range(n_features):
             x = inputs[:, i]
-            if mode == "onehot_dense":
+            if mode in ("onehot_dense", "onehot_dense_xla"):
                 x = tf.keras.layers.CategoryEncoding(num_tokens=vocab, output_mode="one_hot")(x)
             elif mode == "onehot_tf":
                 x = tf.keras.layers.Lambda(lambda t: tf.one_hot(t, vocab),
                                            output_shape=(vocab,))(x)
             columns.append(tf.keras.layers.Embedding(vocab, width)(x)
-                           if mode == "onehot_embedding"
+                           if mode.startswith("onehot_embedding")
                            else tf.keras.layers.Dense(width, use_bias=False)(x))
         h = tf.keras.layers.Concatenate()(columns)
     for units in (256, 128):
         h = tf.keras.layers.Dense(units, "relu")(h)
     model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(h))
-    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
-    fit_timed(model, ds.prefetch(2), timed=60, then=16, median=True)
+    xla = mode.endswith("_xla")
+    model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=xla)
+    fit_timed(model, ds.prefetch(2), timed=60, then=8 if xla else 16, median=True)
 elif mode in ("session_onehot", "session_embedding", "session_embedding_sparse"):
     tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1

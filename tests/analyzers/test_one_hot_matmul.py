@@ -9,6 +9,9 @@ the xplanes gzipped in data/tf2.21):
   same function as an `Embedding` summed over the ids;
 - `wide_onehot.xplane.pb.gz`: 8 features' one-hots (10,000 ids each) concatenated into one
   linear unit: 27.6-29.2 ms against 1.9-2.7 ms as `Embedding(80_000, 1)` summed;
+- `onehot_dense_xla.xplane.pb.gz`: 8 one-hot features into `Dense(16, use_bias=False)` each,
+  compiled by XLA (`jit_compile=True`): 39.5-47.2 ms a step against 6.0-9.4 ms with
+  `Embedding(10_000, 16)` (`onehot_embedding_xla`);
 - `session_onehot.xplane.pb.gz`: a TF1 Session loop of `tf.one_hot(ids, V) @ w` per feature
   with `AdamOptimizer`: 28.6-31.2 ms against 2.4-2.7 ms with lookups and SGD on the tables
   (`session_embedding_sparse`), 7.1-8.1 ms with lookups and Adam kept.
@@ -21,7 +24,9 @@ from pathlib import Path
 import pytest
 
 from analyzers.detectors.one_hot_matmul import _gradient_of
+from analyzers.ingest.hlo import HLO_STAT, METADATA_PLANE
 from analyzers.report import analyze
+from tests.analyzers.test_hlo import ONE_HOT_FUSED, ONE_HOT_MODULE, build_module
 from tests.analyzers.traces import MS, gpu_trace, host_trace, recorded_logdir
 
 DATA = Path(__file__).parent / "data" / "tf2.21"
@@ -196,3 +201,99 @@ def test_recorded_tf1_session(tmp_path):
     assert f.numbers["backward_fraction"] > 0.2 and f.numbers["updates"] == 8
     assert 7 < f.speedup < 14
     assert any("TF1's Adam" in e for e in f.evidence)
+
+
+def compiled(module: list[dict], thunks: list[tuple[str, float]], span_ms: float = 0):
+    """`host_trace`'s `per_step`: an XLA module saved on the metadata plane (first step), and
+    its thunks (name, ms) on the compute thread from 51 ms, 0.5 ms apart: XLA runs them in its
+    schedule's order, so nothing but the module ties a dot to its operands. `span_ms`: the
+    module's run (`CpuExecutable::ExecuteAsyncOnStream`) on the Python thread from 51 ms."""
+    def add(b, host, main, comp, t0, i):
+        if span_ms:
+            main.event("CpuExecutable::ExecuteAsyncOnStream", t0 + 51 * MS, int(span_ms * MS))
+        if i == 0:
+            meta = b.plane(METADATA_PLANE)
+            mid = meta.event_metadata_id("a_inference_train_step_42__.7")
+            meta.fill_stat(meta._msg.event_metadata[mid].stats.add(), HLO_STAT,
+                           build_module(module, ONE_HOT_FUSED))
+        t = t0 + 51 * MS
+        for name, ms in thunks:
+            comp.event(name, t, int(ms * MS))
+            t += int(ms * MS) + MS // 2
+    return add
+
+
+def test_compiled_one_hot_read_from_the_module(tmp_path):
+    """XLA thunks: the one-hot fusion, the dot reading it and the gradient dot, as in
+    test_one_hot_handed_to_a_matmul_is_found but tied by the module's operands."""
+    _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(ONE_HOT_MODULE, [
+        ("compare_select_fusion.4", 5), ("MatMul.44", 10), ("MatMul.74", 15)]))
+    f = by_id(analyze(path))["one_hot_matmul"]
+    assert f.numbers["encodings_per_step"] == 1 and f.numbers["matmuls"] == 1
+    assert f.numbers["backward_fraction"] == pytest.approx(15 / 80 * 0.8, abs=0.01)
+    assert "MatMul.44 (dense/MatMul)" in f.evidence[0]
+    assert any("compiled by XLA" in e for e in f.evidence)
+
+
+def test_compiled_work_off_the_traced_threads(tmp_path):
+    """The gradient dot's thunk ends at its hand-off to Eigen's pool (50 us) while the module
+    runs 39 ms: the module's span counts as covered, shared out by the thunks' traced time
+    (15.05 of 65.05 ms busy, of the 89% of the step covered)."""
+    _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(ONE_HOT_MODULE, [
+        ("compare_select_fusion.4", 5), ("MatMul.44", 10), ("MatMul.74", 0.05)], span_ms=39))
+    f = by_id(analyze(path))["one_hot_matmul"]
+    assert f.step_fraction == pytest.approx(15.05 / 65.05 * 0.89, abs=0.01)
+
+
+def test_compiled_concatenation_of_one_hots(tmp_path):
+    """Two one-hot fusions concatenated (through a bitcast) into one dot: both encodings and
+    the concatenation count."""
+    module = [*ONE_HOT_MODULE[:3],
+              {"name": "compare_select_fusion.5", "opcode": "fusion", "operands": ["arg0.1"],
+               "calls": [2], "tf": ("functional/category_encoding_1/one_hot", "OneHot")},
+              {"name": "concat.1", "opcode": "concatenate",
+               "operands": ["compare_select_fusion.4", "compare_select_fusion.5"],
+               "tf": ("functional/concatenate/concat", "ConcatV2")},
+              {"name": "bitcast.2", "opcode": "bitcast", "operands": ["concat.1"]},
+              {"name": "MatMul.44", "opcode": "dot", "operands": ["bitcast.2", "arg1.1"],
+               "tf": ("functional/dense/MatMul", "MatMul")}]
+    _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(module, [
+        ("compare_select_fusion.4", 4), ("compare_select_fusion.5", 4), ("concat.1", 6),
+        ("MatMul.44", 10)]))
+    f = by_id(analyze(path))["one_hot_matmul"]
+    assert f.numbers["encodings_per_step"] == 2 and f.numbers["layout_fraction"] > 0
+
+
+def test_compiled_lookup_is_not_found(tmp_path):
+    """The same module with the dot reading its weights only (a lookup's rows, a parameter)
+    and the one-hot fusion feeding a reduction: no matmul multiplies a one-hot."""
+    module = [dict(spec) for spec in ONE_HOT_MODULE]
+    module[3] = {**module[3], "operands": ["arg0.1", "arg1.1"]}
+    module[4] = {**module[4], "operands": ["arg1.1"]}
+    module.append({"name": "reduce.3", "opcode": "reduce", "operands": ["compare_select_fusion.4"],
+                   "tf": ("loss/Sum", "Sum")})
+    _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(module, [
+        ("compare_select_fusion.4", 5), ("MatMul.44", 10), ("reduce.3", 1)]))
+    assert "one_hot_matmul" not in by_id(analyze(path))
+
+
+def test_compiled_matmul_named_after_a_one_hot_is_no_encoding(tmp_path):
+    """A fusion holding a dot whose metadata names a OneHot, read by the next layer's dot: that
+    dot multiplies the fusion's product, not a one-hot."""
+    module = [*ONE_HOT_MODULE[:2],
+              {"name": "dot_fusion.1", "opcode": "fusion", "operands": ["arg0.1", "arg1.1"],
+               "calls": [3], "tf": ("functional/category_encoding/one_hot", "OneHot")},
+              {"name": "MatMul.50", "opcode": "dot", "operands": ["dot_fusion.1", "arg1.1"],
+               "tf": ("functional/dense_2/MatMul", "MatMul")}]
+    _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(module, [
+        ("dot_fusion.1", 10), ("MatMul.50", 10)]))
+    assert "one_hot_matmul" not in by_id(analyze(path))
+
+
+def test_recorded_compiled_one_hot(tmp_path):
+    """XLA thunks (`compare_select_fusion.4`, `MatMul.44`), tied by the module the profiler
+    saved; the weight gradients' dots run off the traced threads (a lower bound)."""
+    f = by_id(recorded(tmp_path, "onehot_dense_xla.xplane.pb.gz"))["one_hot_matmul"]
+    assert f.severity == "high" and f.numbers["encodings_per_step"] == 8
+    assert f.numbers["matmuls"] == 8 and 3.0 < f.speedup < 7.0
+    assert any("compiled by XLA" in e for e in f.evidence)
