@@ -18,20 +18,24 @@ Signals (TF op names and types, docs/trace-signals.md, "One-hot features multipl
   chain that reaches a matmul counts; an op name that did so in any step counts in every step;
 - the matmul's backward pass: its gradient ops under the same name (`gradient_tape/<op>/` in
   TF2, `gradients/<op>_grad/` in TF1; a fused `_MklNativeFusedMatMul` is named after its last
-  fused op, its gradients after the layer's `MatMul`).
-
+  fused op, its gradients after the layer's `MatMul`);
 - the weights' dense update: the op a weight gradient's thread runs next, when it is a whole-
   variable `Apply*` (TF1's optimizers: `Adam/update_w/ResourceApplyAdam`). Keras 3 updates each
-  variable with ordinary element-wise ops that nothing ties to the weight.
+  variable with ordinary element-wise ops that nothing ties to the weight;
+- in XLA-compiled steps the thunks name HLO instructions, not TF ops, and run in the schedule's
+  order: the compiled module the profiler saves (`RunData.hlo_ops`) gives each one's TF op and
+  operands, so a dot reading an encoding (through layout instructions) is found by dataflow.
 
 Estimate (the remedy: lookups, then rows-only updates): a lookup of one row per id replaces the
 encodings, the layout ops between and the matmuls both ways (taken as free: it moves D values
 per id where the product moved V x D), and a row-sparse update the linked dense ones. As in
 `debug_ops_in_step`, on a CPU host the saving is the ops' share of all host ops' busy time, of
-the time ops cover in the step; with an accelerator, the kernels they launched (`tf_op`), plus
-their host ops' time while no kernel runs. An update not linked is not counted (Keras' Adam
-densifies a lookup's gradient too: `dense_embedding_update` then names it). TF1's Adam keeps
-its whole-table work on a lookup's gradient, in more passes: the evidence says so.
+the time ops cover in the step (in an XLA:CPU step, the module's span counts as covered: its
+parallel dots run off the traced threads); with an accelerator, the kernels they launched
+(`tf_op`), plus their host ops' time while no kernel runs. An update not linked is not
+counted (Keras' Adam densifies a lookup's gradient too: `dense_embedding_update` then names it).
+TF1's Adam keeps its whole-table work on a lookup's gradient, in more passes: the evidence says
+so.
 """
 
 from __future__ import annotations
@@ -130,11 +134,9 @@ def detect(ctx: Context) -> Finding | None:
         return None
     mine = pool[_in_names(pool["name"], set().union(*counted.values()))]
     n = ctx.worker_steps(mine["host"])
-    def tf_type(name: str) -> str:
-        return op_type_of(hlo[name].tf_op if name in hlo else name)
-
     kinds = pd.Series(cat_map(mine["name"][_in_names(mine["name"], counted["encodings"])],
-                              tf_type)).value_counts()
+                              lambda name: op_type_of(hlo[name].tf_op if name in hlo else name))
+                      ).value_counts()
     step_ms = ctx.steps.median_step_ns() / 1e6
     matmuls = sorted(counted["matmuls"] or counted["backward"])
     compiled = sum(m in hlo for m in matmuls)
@@ -293,7 +295,7 @@ def _xla_counted(hlo: dict[str, HloOp]) -> dict[str, set[str]]:
         if found:
             gradient = _TAPE in op.tf_op or _TF1_GRADIENTS in op.tf_op
             out["backward" if gradient else "matmuls"].add(name)
-    keys = {hlo[m].tf_op.rpartition(":")[0] for m in out["matmuls"]}
+    keys = {hlo[m].tf_op.rpartition(":")[0] for m in out["matmuls"]} - {""}
     out["backward"] |= {n for n, op in hlo.items()
                         if op.has_dot and n not in out["matmuls"] and _gradient_of(op.tf_op, keys)}
     return out
