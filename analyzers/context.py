@@ -180,6 +180,29 @@ class Context:
                  np.concatenate((starts[kept], c_s)), np.concatenate((ends[kept], c_e)))
         return tuple(a[order] for a in parts)
 
+    def compiled_ops(self, name: Callable[[str], object],
+                     columns: Iterable[str] = IN_STEP_COLUMNS) -> pd.DataFrame:
+        """`in_steps` rows of XLA thunks whose TF op (from the compiled modules the profiler
+        saved, `RunData.hlo_ops`) passes `name`, with that TF op (`op_name:op_type`) as their
+        name: what a detector keyed on TF op names reads of a compiled step (docs/trace-signals.md,
+        "One-hot features multiplied")."""
+        hlo = self.run.hlo_ops
+        columns = list(columns)
+        if not hlo or "name" not in columns:
+            return pd.DataFrame(columns=columns)
+        rows = self.in_steps(name=lambda n: n in hlo and hlo[n].tf_op and name(hlo[n].tf_op),
+                             columns=columns)
+        thunks = rows["name"].astype("category")
+        ops = np.array([hlo[t].tf_op if t in hlo else "" for t in map(str, thunks.cat.categories)]
+                       + [""], dtype=object)
+        return rows.assign(name=pd.Categorical(ops[thunks.array.codes]))
+
+    def present_tf_ops(self) -> list[str]:
+        """The TF op names the events hold, with those of the compiled modules' instructions."""
+        return self.memo("present_tf_ops", lambda: [
+            *self.present("name"), *dict.fromkeys(op.tf_op for op in self.run.hlo_ops.values()
+                                                  if op.tf_op)])
+
     def present(self, col: str) -> list[str]:
         """The distinct values of a categorical event column that some event holds (a pass over
         every row, so once per column and run)."""

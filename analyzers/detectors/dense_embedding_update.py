@@ -39,6 +39,7 @@ from analyzers.context import Context
 from analyzers.detectors.debug_ops_in_step import SUMMARY_SCOPE
 from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
+from analyzers.signals.compiled import compiled_share
 from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS
 from analyzers.steps import covered_ns
 
@@ -94,7 +95,12 @@ _REMEDY = {
 }
 
 
-def _share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
+def where_any(savings: dict[str, float], dense: np.ndarray, copy: np.ndarray) -> np.ndarray:
+    """The rows behind the causes found: the optimizer's dense ops, the copying reads."""
+    return (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
+
+
+def _union_share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
     if not mask.any() or total_ns <= 0:
         return 0.0
     return covered_ns(ops["start_ns"].to_numpy()[mask], ops["end_ns"].to_numpy()[mask],
@@ -120,7 +126,7 @@ def _kernels_by_op(ctx: Context) -> pd.DataFrame:
 
 
 def detect(ctx: Context) -> Finding | None:
-    names = ctx.present("name")
+    names = ctx.present_tf_ops()
     if ctx.has_accelerator and "tf_op" in ctx.events:
         names = [*names, *ctx.present("tf_op")]
     if ctx.framework != "tensorflow" or not any(_LOOKUP.search(n) for n in names):
@@ -133,8 +139,14 @@ def detect(ctx: Context) -> Finding | None:
     else:
         # Only the few op names this reads are clipped (all host ops of a large trace are
         # millions).
-        ops = ctx.in_steps(name=_wanted,
-                           columns=("host", "name", "kind", "start_ns", "end_ns", "step_idx"))
+        cols = ("host", "name", "kind", "start_ns", "end_ns", "step_idx")
+        ops = ctx.in_steps(name=_wanted, columns=cols)
+        # XLA-compiled steps run thunks named after HLO instructions: read as their TF ops.
+        compiled = ctx.compiled_ops(_wanted, columns=cols)
+        if len(compiled):
+            ops = pd.concat([ops.assign(thunk=False), compiled.assign(thunk=True)],
+                            ignore_index=True)
+            ops["name"] = ops["name"].astype(str).astype("category")
     if not ops.empty and ctx.ps_hosts:
         # On a parameter-server job the servers' updates run while the worker waits for
         # them: `parameter_server_wait` counts that wait, this finding the workers' own ops.
@@ -142,6 +154,15 @@ def detect(ctx: Context) -> Finding | None:
     if ops.empty:
         return None
     total = float(ctx.total_step_ns)
+    thunk = ops["thunk"].to_numpy(bool) if "thunk" in ops else np.zeros(len(ops), dtype=bool)
+
+    def _share(ops: pd.DataFrame, mask: np.ndarray, total_ns: float) -> float:
+        """The rows' union in the step; XLA thunks' by their traced time (signals/compiled.py)."""
+        plain = _union_share(ops, mask & ~thunk, total_ns)
+        if not (mask & thunk).any():
+            return plain
+        dur = (ops["end_ns"] - ops["start_ns"]).to_numpy()[mask & thunk]
+        return plain + compiled_share(ctx, float(dur.sum()))
     in_optimizer = (cat_mask(ops["name"], OPTIMIZER_SCOPE.search)
                     & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
@@ -214,8 +235,14 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.has_accelerator:
         evidence.append(f"device time: the {len(ops)} kernels launched by these ops, named by "
                         "their tf_op stat")
+    if (thunk & where_any(savings, dense, copy)).any():
+        evidence.append(
+            "compiled by XLA: its thunks read as the TF ops the compiled modules name, each "
+            "standing for its share of the thunks' traced time, of the time the modules ran "
+            "(XLA:CPU runs parallel loops off the traced threads); a lower bound here, as the "
+            "row-sparse update is priced at the uncompiled lookups' rate")
     saved = sum(savings.values())
-    where = (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
+    where = where_any(savings, dense, copy)
     # When histograms' reads are the only copies, gathering from a read is not what this job
     # does: their remedy replaces the lookup's.
     only_histograms = 0 < histogram_reads == int(copy.sum())

@@ -30,12 +30,12 @@ Estimate (the remedy: lookups, then rows-only updates): a lookup of one row per 
 encodings, the layout ops between and the matmuls both ways (taken as free: it moves D values
 per id where the product moved V x D), and a row-sparse update the linked dense ones. As in
 `debug_ops_in_step`, on a CPU host the saving is the ops' share of all host ops' busy time, of
-the time ops cover in the step (in an XLA:CPU step, the module's span counts as covered: its
-parallel dots run off the traced threads); with an accelerator, the kernels they launched
-(`tf_op`), plus their host ops' time while no kernel runs. An update not linked is not
-counted (Keras' Adam densifies a lookup's gradient too: `dense_embedding_update` then names it).
-TF1's Adam keeps its whole-table work on a lookup's gradient, in more passes: the evidence says
-so.
+the time ops cover in the step; in an XLA:CPU step, the thunks' share of all thunks' traced
+time, of the time the modules ran (its parallel dots run off the traced threads:
+`signals/compiled.py`); with an accelerator, the kernels they launched (`tf_op`), plus their host
+ops' time while no kernel runs. An update not linked is not counted (Keras' Adam densifies a
+lookup's gradient too: `dense_embedding_update` then names it). TF1's Adam keeps its
+whole-table work on a lookup's gradient, in more passes: the evidence says so.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from analyzers.detectors.debug_ops_in_step import SUMMARY_SCOPE
 from analyzers.events import cat_map, is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.ingest.hlo import HloOp
+from analyzers.signals.compiled import compiled_share
 
 ID = "one_hot_matmul"
 MIN_SHARE = 0.03
@@ -165,7 +166,7 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(
             f"{compiled} of the matmuls compiled by XLA: their inputs read from the compiled "
             "module's HLO (XLA does not turn them into lookups); XLA:CPU runs parallel dots off "
-            "the traced threads, so the module's span is shared out by the thunks' traced time: "
+            "the traced threads, so the modules' time is shared out by the thunks' traced time: "
             "a lower bound when the untraced work is these matmuls' own")
     if unlinked:
         evidence.append(f"{unlinked} encoding op name(s) never seen handing to a matmul are "
@@ -253,9 +254,6 @@ def _counted(lines: _Lines) -> tuple[dict[str, set[str]], int]:
             "updates": lines.names(after[lines.role[after] == _APPLY])}, len(unlinked - encodings)
 
 
-# The span of one run of an XLA:CPU module, on the calling thread (docs/trace-signals.md, "XLA on
-# the CPU").
-_XLA_EXECUTABLE = "CpuExecutable::ExecuteAsyncOnStream"
 # HLO instructions that only move or reshape data between an encoding and its dot.
 _XLA_LAYOUT = frozenset({"bitcast", "copy", "reshape", "transpose", "concatenate", "convert",
                          "slice", "broadcast"})
@@ -329,21 +327,22 @@ _PARTS = {"encodings": "the encodings", "layout": "the layout ops between (conca
 
 def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
             counted: dict[str, set[str]], on: str) -> tuple[dict[str, float], list[str]]:
-    """Each part's saving (its share of the pool's busy time, of the time the pool covers; with
-    kernels, plus the parts' host ops while no kernel runs) and its busy share as text."""
+    """Each part's saving (its share of the pool's busy time, of the time the pool covers; in a
+    compiled step, of the thunks' and the time the modules ran; with kernels, plus the parts'
+    host ops while no kernel runs) and its busy share as text."""
+    hlo = ctx.run.hlo_ops
+    compiled = on == "host ops" and any(n in hlo for part in counted.values() for n in part)
+    if compiled:
+        # XLA's thunks stand for the modules' time, part of it untraced (signals/compiled.py).
+        pool = pool[_in_names(pool["name"], set(hlo))]
     covered = ctx.kernel_idle_share(pool, kernels=False)
-    if on == "host ops" and any(n in ctx.run.hlo_ops for part in counted.values() for n in part):
-        # XLA:CPU hands a parallel dot to Eigen's pool and its thunk's event ends at the hand-off:
-        # the compiled module's span holds work no thunk covers, shared out like the rest.
-        spans = ctx.in_steps(name=_XLA_EXECUTABLE.__eq__, columns=("host", "start_ns", "end_ns"))
-        covered = ctx.kernel_idle_share(pool, spans, kernels=False)
     busy = float(pool["dur_ns"].sum())
     fractions: dict[str, float] = {}
     shares = []
     for key, label in _PARTS.items():
-        rows = _in_names(pool["name"], counted[key])
-        share = float(pool["dur_ns"].to_numpy()[rows].sum()) / busy if busy else 0.0
-        fractions[key] = share * covered
+        part_ns = float(pool["dur_ns"].to_numpy()[_in_names(pool["name"], counted[key])].sum())
+        share = part_ns / busy if busy else 0.0
+        fractions[key] = compiled_share(ctx, part_ns) if compiled else share * covered
         if share:
             shares.append(f"{label} {share:.0%}")
     if on == "kernels":

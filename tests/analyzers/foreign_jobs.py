@@ -67,7 +67,8 @@ MODE:
   updated by a scatter, Adam for the dense layer only. `embedding_sgd_clipped`: Keras 3's SGD
   with `global_clipnorm=1.0` on every variable (the norm is taken of a densified table
   gradient); `embedding_sgd_clip_first`: `tf.clip_by_global_norm` on the gradients, then SGD
-  (sparse throughout); `embedding_sgd`: SGD without clipping.
+  (sparse throughout); `embedding_sgd`: SGD without clipping. `<mode>_xla`: the step compiled
+  by XLA (`jit_compile=True`), its batch fetched from Python before the call, 8 profiled steps.
 - `onehot_dense` / `onehot_tf` / `onehot_embedding`: Keras fit of 8 categorical features of
   10,000 ids each (batch 512) into a 256-128-1 MLP, each feature encoded by
   `CategoryEncoding(output_mode="one_hot")` (or `tf.one_hot` in a Lambda) and multiplied by a
@@ -898,9 +899,10 @@ elif mode.startswith("embedding_"):
            else tf.keras.optimizers.SGD(0.05) if mode.startswith("embedding_sgd")
            else tf.keras.optimizers.Adam())
 
-    @tf.function
-    def step():
-        x, y = next(batches)
+    xla = mode.endswith("_xla")
+    mode = mode.removesuffix("_xla")
+
+    def body(x, y):
         with tf.GradientTape() as tape:
             rows = (tf.gather(table.read_value(), x) if mode == "embedding_read"
                     else tf.nn.embedding_lookup(table, x))
@@ -915,7 +917,11 @@ elif mode.startswith("embedding_"):
         else:
             table.scatter_sub(tf.IndexedSlices(0.05 * g_table.values, g_table.indices))
             opt.apply_gradients([(g1, w1), (g2, w2)])
-    profile_loop(step, steps=10)
+    if xla:  # XLA compiles no iterator: the batch is fetched before the compiled call
+        compiled_body = tf.function(body, jit_compile=True)
+        profile_loop(lambda: compiled_body(*next(batches)), steps=8, median=True)
+    else:
+        profile_loop(tf.function(lambda: body(*next(batches))), steps=10)
 elif mode.startswith(("onehot_", "multihot_", "wide_")):
     vocab, width, n_features, batch = 10_000, 16, 8, 512
     labels = rng.integers(0, 2, size=(batch * 32, 1)).astype("float32")

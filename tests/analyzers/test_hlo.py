@@ -7,61 +7,10 @@ from __future__ import annotations
 import pytest
 from google.protobuf import descriptor_pb2
 
-from analyzers.ingest.hlo import (
-    _MESSAGES,
-    HLO_STAT,
-    METADATA_PLANE,
-    HloOp,
-    HloProto,
-    fields,
-    hlo_ops,
-)
+from analyzers.ingest.hlo import _MESSAGES, HLO_STAT, METADATA_PLANE, HloOp, fields, hlo_ops
 from analyzers.ingest.logdir import load_run
 from tests.analyzers.traces import host_trace
-
-
-def build_module(instructions: list[dict], fused: dict[int, list[dict]] | None = None) -> bytes:
-    """A serialized HloProto: entry computation 1 of `instructions` (dicts of name, opcode,
-    tf (op_name, op_type), operands (names), calls (computation ids), target), and fused
-    computations by id."""
-    proto = HloProto()
-    module = proto.hlo_module
-    module.entry_computation_name, module.entry_computation_id = "main", 1
-    ids: dict[str, int] = {}
-    called = [(cid, f"fused_{cid}", instrs) for cid, instrs in (fused or {}).items()]
-    for cid, name, instrs in (*called, (1, "main", instructions)):
-        comp = module.computations.add(name=name, id=cid)
-        for spec in instrs:
-            ids[spec["name"]] = len(ids) + 1
-            ins = comp.instructions.add(name=spec["name"], opcode=spec["opcode"],
-                                        id=ids[spec["name"]])
-            if "tf" in spec:
-                ins.metadata.op_name, ins.metadata.op_type = spec["tf"]
-            ins.operand_ids.extend(ids[o] for o in spec.get("operands", ()))
-            ins.called_computation_ids.extend(spec.get("calls", ()))
-            ins.custom_call_target = spec.get("target", "")
-    return proto.SerializeToString()
-
-
-ONE_HOT_MODULE = [
-    {"name": "arg0.1", "opcode": "parameter"},
-    {"name": "arg1.1", "opcode": "parameter"},
-    {"name": "compare_select_fusion.4", "opcode": "fusion", "operands": ["arg0.1"],
-     "calls": [2], "tf": ("functional/category_encoding/one_hot", "OneHot")},
-    {"name": "MatMul.44", "opcode": "dot", "operands": ["compare_select_fusion.4", "arg1.1"],
-     "tf": ("functional/dense/MatMul", "MatMul")},
-    {"name": "MatMul.74", "opcode": "dot", "operands": ["compare_select_fusion.4", "arg1.1"],
-     "tf": ("gradient_tape/functional/dense/MatMul/MatMul", "MatMul")},
-    {"name": "custom-call.2", "opcode": "custom-call", "operands": ["arg1.1"],
-     "target": "__onednn$matmul", "tf": ("functional/dense_2/MatMul", "MatMul")},
-    {"name": "add_dot_fusion", "opcode": "fusion", "operands": ["custom-call.2", "arg1.1"],
-     "calls": [3], "tf": ("functional/dense_3/BiasAdd", "BiasAdd")},
-]
-# The one-hot's fused computation (2), and a bias-add fused into its dot (3).
-ONE_HOT_FUSED = {2: [{"name": "iota.1", "opcode": "iota"},
-                     {"name": "compare.2", "opcode": "compare"},
-                     {"name": "select.3", "opcode": "select"}],
-                 3: [{"name": "dot.9", "opcode": "dot"}, {"name": "add.10", "opcode": "add"}]}
+from tests.analyzers.xla_modules import ONE_HOT_FUSED, ONE_HOT_MODULE, build_module
 
 
 def test_entry_instructions():

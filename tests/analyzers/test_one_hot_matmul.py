@@ -24,10 +24,9 @@ from pathlib import Path
 import pytest
 
 from analyzers.detectors.one_hot_matmul import _gradient_of
-from analyzers.ingest.hlo import HLO_STAT, METADATA_PLANE
 from analyzers.report import analyze
-from tests.analyzers.test_hlo import ONE_HOT_FUSED, ONE_HOT_MODULE, build_module
 from tests.analyzers.traces import MS, gpu_trace, host_trace, recorded_logdir
+from tests.analyzers.xla_modules import ONE_HOT_MODULE, compiled
 
 DATA = Path(__file__).parent / "data" / "tf2.21"
 GAP = 3_000  # ns between an op and the successor its thread runs next (TF 2.21: 1-10 us)
@@ -203,26 +202,6 @@ def test_recorded_tf1_session(tmp_path):
     assert any("TF1's Adam" in e for e in f.evidence)
 
 
-def compiled(module: list[dict], thunks: list[tuple[str, float]], span_ms: float = 0):
-    """`host_trace`'s `per_step`: an XLA module saved on the metadata plane (first step), and
-    its thunks (name, ms) on the compute thread from 51 ms, 0.5 ms apart: XLA runs them in its
-    schedule's order, so nothing but the module ties a dot to its operands. `span_ms`: the
-    module's run (`CpuExecutable::ExecuteAsyncOnStream`) on the Python thread from 51 ms."""
-    def add(b, host, main, comp, t0, i):
-        if span_ms:
-            main.event("CpuExecutable::ExecuteAsyncOnStream", t0 + 51 * MS, int(span_ms * MS))
-        if i == 0:
-            meta = b.plane(METADATA_PLANE)
-            mid = meta.event_metadata_id("a_inference_train_step_42__.7")
-            meta.fill_stat(meta._msg.event_metadata[mid].stats.add(), HLO_STAT,
-                           build_module(module, ONE_HOT_FUSED))
-        t = t0 + 51 * MS
-        for name, ms in thunks:
-            comp.event(name, t, int(ms * MS))
-            t += int(ms * MS) + MS // 2
-    return add
-
-
 def test_compiled_one_hot_read_from_the_module(tmp_path):
     """XLA thunks: the one-hot fusion, the dot reading it and the gradient dot, as in
     test_one_hot_handed_to_a_matmul_is_found but tied by the module's operands."""
@@ -237,12 +216,20 @@ def test_compiled_one_hot_read_from_the_module(tmp_path):
 
 def test_compiled_work_off_the_traced_threads(tmp_path):
     """The gradient dot's thunk ends at its hand-off to Eigen's pool (50 us) while the module
-    runs 39 ms: the module's span counts as covered, shared out by the thunks' traced time
-    (15.05 of 65.05 ms busy, of the 89% of the step covered)."""
+    runs 39 ms: the thunks stand for the module's time by their traced time (here all of it,
+    39% of the step, where their own intervals cover 15%); a thunk of another op takes its
+    part."""
     _, path = host_trace(tmp_path, steps=6, compute_ms=50, per_step=compiled(ONE_HOT_MODULE, [
         ("compare_select_fusion.4", 5), ("MatMul.44", 10), ("MatMul.74", 0.05)], span_ms=39))
     f = by_id(analyze(path))["one_hot_matmul"]
-    assert f.step_fraction == pytest.approx(15.05 / 65.05 * 0.89, abs=0.01)
+    assert f.step_fraction == pytest.approx(0.39, abs=0.01)
+    module = [*ONE_HOT_MODULE, {"name": "multiply_add_fusion", "opcode": "fusion",
+                                "tf": ("adam/AssignAddVariableOp", "AssignAddVariableOp")}]
+    _, path = host_trace(tmp_path / "adam", steps=6, compute_ms=50, per_step=compiled(module, [
+        ("compare_select_fusion.4", 5), ("MatMul.44", 10), ("MatMul.74", 0.05),
+        ("multiply_add_fusion", 15.05)], span_ms=39))
+    f = by_id(analyze(path))["one_hot_matmul"]
+    assert f.step_fraction == pytest.approx(0.39 / 2, abs=0.01)
 
 
 def test_compiled_concatenation_of_one_hots(tmp_path):
