@@ -17,6 +17,7 @@ GPU trace one picked samples out of the host batch, 28 ms a step).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -33,6 +34,18 @@ OPTIMIZER_SCOPE = re.compile(
 # The op TF turns an IndexedSlices gradient into a table-sized tensor with (tf.convert_to_tensor,
 # Keras 3's Adam and Adagrad on a table).
 DENSIFY = re.compile(r":UnsortedSegmentSum$")
+_UNIQUE = re.compile(r":Unique(V2)?$")
+
+
+def dedup_sums(names: Iterable[str]) -> set[str]:
+    """The `UnsortedSegmentSum`s that sum a sparse gradient's duplicate rows before a row-sparse
+    update, not densify it: TF1's and Keras 2's optimizers run a `Unique` of the indices and
+    that sum over the unique rows in the update's scope (`_deduplicate_indexed_slices`:
+    `Adagrad/update_t/Unique`, `.../UnsortedSegmentSum`, then `ResourceSparseApplyAdagrad`); a
+    densified gradient has no `Unique` beside it (Keras 3's `adam/UnsortedSegmentSum`)."""
+    names = list(names)
+    scopes = {n.rpartition("/")[0] for n in names if _UNIQUE.search(n)}
+    return {n for n in names if DENSIFY.search(n) and n.rpartition("/")[0] in scopes}
 # A table touched by rows: lookups, scatters, sparse optimizer updates; what a row-sparse step
 # keeps of its tables' work.
 ROW_OPS = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|GatherV2|"

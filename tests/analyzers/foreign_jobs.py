@@ -83,6 +83,9 @@ MODE:
   a 10,000 x 16 weight each (`tf.one_hot(ids, V) @ w`), or `tf.nn.embedding_lookup(w, ids)`,
   `tf.compat.v1.train.AdamOptimizer`. `session_embedding_sparse`: the lookups with the tables
   updated by `GradientDescentOptimizer` (their rows only), Adam for the MLP.
+  `session_indicator_column` / `session_embedding_column`: the same 8 features as TF1 feature
+  columns through `input_layer` (`indicator_column` or `embedding_column(c, 16)` of
+  `categorical_column_with_identity`), a 256-128-1 MLP, `AdagradOptimizer`.
 - `periodic_checkpoint` / `periodic_gc` / `periodic_none`: a custom loop over a 250,000 x 64
   embedding table (a `tf.function` step of ~10 ms) that every 5th step writes a checkpoint of
   the table and layer (`tf.train.Checkpoint.write`), or calls `gc.collect()` with 1.5M Python
@@ -964,6 +967,33 @@ elif mode.startswith(("onehot_", "multihot_", "wide_")):
     xla = mode.endswith("_xla")
     model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=xla)
     fit_timed(model, ds.prefetch(2), timed=60, then=8 if xla else 16, median=True)
+elif mode in ("session_indicator_column", "session_embedding_column"):
+    # The Estimator-era Wide & Deep input: TF1 feature columns through input_layer.
+    tf.compat.v1.disable_eager_execution()
+    v1 = tf.compat.v1
+    vocab, n_features, batch = 10_000, 8, 512
+    ids_all = rng.integers(0, vocab, size=(batch * 32, n_features))
+    y_all = rng.integers(0, 2, size=(batch * 32,)).astype("float32")
+    ids, y = v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices((ids_all, y_all)).batch(batch).cache().repeat()
+        .prefetch(2)).get_next()
+    categorical = [v1.feature_column.categorical_column_with_identity(f"c{i}", vocab)
+                   for i in range(n_features)]
+    columns = ([v1.feature_column.indicator_column(c) for c in categorical]
+               if mode == "session_indicator_column"
+               else [v1.feature_column.embedding_column(c, 16) for c in categorical])
+    h = v1.feature_column.input_layer({f"c{i}": ids[:, i:i + 1] for i in range(n_features)},
+                                      columns)
+    for i, units in enumerate((256, 128, 1)):
+        w = v1.get_variable(f"w{i}", [h.shape[-1], units],
+                            initializer=v1.glorot_uniform_initializer())
+        h = h @ w
+        h = tf.nn.relu(h) if units > 1 else h
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+    train_op = v1.train.AdagradOptimizer(0.05).minimize(loss)
+    sess = v1.Session()
+    sess.run(v1.global_variables_initializer())
+    profile_loop(lambda: sess.run(train_op), markers=False, timed=30, steps=8, median=True)
 elif mode in ("session_onehot", "session_embedding", "session_embedding_sparse"):
     tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1

@@ -1385,6 +1385,31 @@ def test_row_sparse_tables_are_not_dense_updates(tmp_path):
     assert "dense_embedding_update" not in by_id(dense_mlp)
 
 
+def test_duplicate_rows_summed_before_a_sparse_apply_are_no_densify(tmp_path):
+    """TF1's and Keras 2's optimizers sum a gradient's duplicate rows (`Unique`, then an
+    `UnsortedSegmentSum` over the unique rows) before a row-sparse apply, in the update's scope:
+    an Adagrad of embedding_column tables (`foreign_jobs.py session_embedding_column`) read
+    `dense_embedding_update` medium 1.15x on those sums. Without the `Unique` beside it, the
+    same sum is a densified gradient."""
+    def update(unique: bool):
+        def add(b, host, main, comp, t0, i):
+            line = host.line("tf_Compute/12", line_id=12)
+            line.event("input_layer/c0_embedding/embedding_lookup:ResourceGather", t0 + MS, 2 * MS)
+            scope = "Adagrad/update_input_layer/c0_embedding/embedding_weights/"
+            ops = ([(f"{scope}Unique:Unique", 1)] if unique else []) + [
+                (f"{scope}UnsortedSegmentSum:UnsortedSegmentSum", 10),
+                (f"{scope}ResourceSparseApplyAdagrad:ResourceSparseApplyAdagrad", 10)]
+            t = t0 + 4 * MS
+            for name, ms in ops:
+                line.event(name, t, ms * MS)
+                t += ms * MS + 1000
+        return add
+    dedup = analyze(host_trace(tmp_path / "d", compute_ms=20, per_step=update(True))[1])
+    assert "dense_embedding_update" not in by_id(dedup)
+    dense = analyze(host_trace(tmp_path / "s", compute_ms=20, per_step=update(False))[1])
+    assert by_id(dense)["dense_embedding_update"].numbers["causes"] == ["dense_optimizer"]
+
+
 def test_many_tiny_kernels_are_launch_overhead(tmp_path):
     """400 kernels of 10 µs a step while the executor dispatches for 20 ms of each 100 ms step
     (16% of it with the GPU idle: the first 4 ms run the kernels); the same kernels without the

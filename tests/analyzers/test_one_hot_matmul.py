@@ -12,6 +12,10 @@ the xplanes gzipped in data/tf2.21):
 - `onehot_dense_xla.xplane.pb.gz`: 8 one-hot features into `Dense(16, use_bias=False)` each,
   compiled by XLA (`jit_compile=True`): 39.5-47.2 ms a step against 6.0-9.4 ms with
   `Embedding(10_000, 16)` (`onehot_embedding_xla`);
+- `session_indicator_column.xplane.pb.gz`: the 8 features as TF1 feature columns,
+  `indicator_column` through `input_layer` (a `OneHot` and a `Sum` each, concatenated), then a
+  256-128-1 MLP with `AdagradOptimizer`: 222.8-339.1 ms a step against 3.9-5.5 ms with
+  `embedding_column(c, 16)` (`session_embedding_column.xplane.pb.gz`);
 - `session_onehot.xplane.pb.gz`: a TF1 Session loop of `tf.one_hot(ids, V) @ w` per feature
   with `AdamOptimizer`: 28.6-31.2 ms against 2.4-2.7 ms with lookups and SGD on the tables
   (`session_embedding_sparse`), 7.1-8.1 ms with lookups and Adam kept.
@@ -284,3 +288,14 @@ def test_recorded_compiled_one_hot(tmp_path):
     assert f.severity == "high" and f.numbers["encodings_per_step"] == 8
     assert f.numbers["matmuls"] == 8 and 3.0 < f.speedup < 7.0
     assert any("compiled by XLA" in e for e in f.evidence)
+
+
+def test_recorded_feature_columns(tmp_path):
+    """indicator_column: each one-hot summed, then concatenated, into the first matmul (layout
+    ops on the chain); the embedding_column twin reads neither this nor a dense update (its
+    Adagrad sums duplicate rows before a row-sparse apply)."""
+    f = by_id(recorded(tmp_path / "i", "session_indicator_column.xplane.pb.gz"))["one_hot_matmul"]
+    assert f.capped and f.numbers["encodings_per_step"] == 8
+    assert f.numbers["layout_fraction"] > 0 and f.numbers["matmuls"] == 1
+    found = by_id(recorded(tmp_path / "e", "session_embedding_column.xplane.pb.gz"))
+    assert not {"one_hot_matmul", "dense_embedding_update"} & set(found)
