@@ -297,6 +297,29 @@ def mlp_step(layers: int):
     return step
 
 
+def tf1_id_batches(vocab: int, n_features: int, batch: int = 512) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graph mode on, then a TF1 graph's batches of `n_features` ids below `vocab` and 0/1
+    labels (32 cached batches, repeated)."""
+    tf.compat.v1.disable_eager_execution()
+    ids_all = rng.integers(0, vocab, size=(batch * 32, n_features))
+    y_all = rng.integers(0, 2, size=(batch * 32,)).astype("float32")
+    return tf.compat.v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices((ids_all, y_all)).batch(batch).cache().repeat()
+        .prefetch(2)).get_next()
+
+
+def tf1_mlp_loss(h: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    """A 256-128-1 ReLU MLP over `h` (TF1 variables w0..w2) and its mean sigmoid
+    cross-entropy against `y`."""
+    v1 = tf.compat.v1
+    for i, units in enumerate((256, 128, 1)):
+        w = v1.get_variable(f"w{i}", [h.shape[-1], units],
+                            initializer=v1.glorot_uniform_initializer())
+        h = h @ w
+        h = tf.nn.relu(h) if units > 1 else h
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+
+
 def profile_loop(step, steps: int = 20, markers: bool = True, timed: int = 50,
                  median: bool = False) -> None:
     """5 warm-up steps, `timed` timed untraced (with `median`, their median too, as
@@ -969,53 +992,31 @@ elif mode.startswith(("onehot_", "multihot_", "wide_")):
     fit_timed(model, ds.prefetch(2), timed=60, then=8 if xla else 16, median=True)
 elif mode in ("session_indicator_column", "session_embedding_column"):
     # The Estimator-era Wide & Deep input: TF1 feature columns through input_layer.
-    tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1
-    vocab, n_features, batch = 10_000, 8, 512
-    ids_all = rng.integers(0, vocab, size=(batch * 32, n_features))
-    y_all = rng.integers(0, 2, size=(batch * 32,)).astype("float32")
-    ids, y = v1.data.make_one_shot_iterator(
-        tf.data.Dataset.from_tensor_slices((ids_all, y_all)).batch(batch).cache().repeat()
-        .prefetch(2)).get_next()
+    vocab, n_features = 10_000, 8
+    ids, y = tf1_id_batches(vocab, n_features)
     categorical = [v1.feature_column.categorical_column_with_identity(f"c{i}", vocab)
                    for i in range(n_features)]
     columns = ([v1.feature_column.indicator_column(c) for c in categorical]
                if mode == "session_indicator_column"
                else [v1.feature_column.embedding_column(c, 16) for c in categorical])
-    h = v1.feature_column.input_layer({f"c{i}": ids[:, i:i + 1] for i in range(n_features)},
-                                      columns)
-    for i, units in enumerate((256, 128, 1)):
-        w = v1.get_variable(f"w{i}", [h.shape[-1], units],
-                            initializer=v1.glorot_uniform_initializer())
-        h = h @ w
-        h = tf.nn.relu(h) if units > 1 else h
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+    loss = tf1_mlp_loss(v1.feature_column.input_layer(
+        {f"c{i}": ids[:, i:i + 1] for i in range(n_features)}, columns), y)
     train_op = v1.train.AdagradOptimizer(0.05).minimize(loss)
     sess = v1.Session()
     sess.run(v1.global_variables_initializer())
     profile_loop(lambda: sess.run(train_op), markers=False, timed=30, steps=8, median=True)
 elif mode in ("session_onehot", "session_embedding", "session_embedding_sparse"):
-    tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1
-    vocab, width, n_features, batch = 10_000, 16, 8, 512
-    ids_all = rng.integers(0, vocab, size=(batch * 32, n_features))
-    y_all = rng.integers(0, 2, size=(batch * 32,)).astype("float32")
-    ids, y = v1.data.make_one_shot_iterator(
-        tf.data.Dataset.from_tensor_slices((ids_all, y_all)).batch(batch).cache().repeat()
-        .prefetch(2)).get_next()
+    vocab, width, n_features = 10_000, 16, 8
+    ids, y = tf1_id_batches(vocab, n_features)
     columns = []
     for i in range(n_features):
         w = v1.get_variable(f"table{i}", [vocab, width],
                             initializer=v1.random_uniform_initializer(-0.05, 0.05))
         columns.append(tf.one_hot(ids[:, i], vocab) @ w if mode == "session_onehot"
                        else tf.nn.embedding_lookup(w, ids[:, i]))
-    h = tf.concat(columns, 1)
-    for i, units in enumerate((256, 128, 1)):
-        w = v1.get_variable(f"w{i}", [h.shape[-1], units],
-                            initializer=v1.glorot_uniform_initializer())
-        h = h @ w
-        h = tf.nn.relu(h) if units > 1 else h
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=h[:, 0]))
+    loss = tf1_mlp_loss(tf.concat(columns, 1), y)
     if mode == "session_embedding_sparse":
         # TF1's Adam decays every row's moments on a lookup's gradient too: SGD for the tables
         # (a scatter of the rows looked up), Adam for the MLP.
