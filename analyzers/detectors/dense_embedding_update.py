@@ -95,7 +95,7 @@ _REMEDY = {
 }
 
 
-def where_any(savings: dict[str, float], dense: np.ndarray, copy: np.ndarray) -> np.ndarray:
+def _where_any(savings: dict[str, float], dense: np.ndarray, copy: np.ndarray) -> np.ndarray:
     """The rows behind the causes found: the optimizer's dense ops, the copying reads."""
     return (dense & ("dense_optimizer" in savings)) | (copy & ("table_copy_on_read" in savings))
 
@@ -163,6 +163,7 @@ def detect(ctx: Context) -> Finding | None:
             return plain
         dur = (ops["end_ns"] - ops["start_ns"]).to_numpy()[mask & thunk]
         return plain + compiled_share(ctx, float(dur.sum()))
+
     in_optimizer = (cat_mask(ops["name"], OPTIMIZER_SCOPE.search)
                     & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
@@ -236,14 +237,15 @@ def detect(ctx: Context) -> Finding | None:
     if ctx.has_accelerator:
         evidence.append(f"device time: the {len(ops)} kernels launched by these ops, named by "
                         "their tf_op stat")
-    if (thunk & where_any(savings, dense, copy)).any():
+    if (thunk & _where_any(savings, dense, copy)).any():
         evidence.append(
             "compiled by XLA: its thunks read as the TF ops the compiled modules name, each "
             "standing for its share of the thunks' traced time, of the time the modules ran "
-            "(XLA:CPU runs parallel loops off the traced threads); a lower bound here, as the "
-            "row-sparse update is priced at the uncompiled lookups' rate")
+            "(XLA:CPU runs parallel loops off the traced threads); the row-sparse update is "
+            f"priced at {SPARSE_LOOKUPS:g} compiled lookups, a ratio measured uncompiled: on the "
+            "compiled job measured this read low (docs/trace-signals.md)")
     saved = sum(savings.values())
-    where = where_any(savings, dense, copy)
+    where = _where_any(savings, dense, copy)
     # When histograms' reads are the only copies, gathering from a read is not what this job
     # does: their remedy replaces the lookup's.
     only_histograms = 0 < histogram_reads == int(copy.sum())

@@ -34,6 +34,10 @@ OPTIMIZER_SCOPE = re.compile(
 # The op TF turns an IndexedSlices gradient into a table-sized tensor with (tf.convert_to_tensor,
 # Keras 3's Adam and Adagrad on a table).
 DENSIFY = re.compile(r":UnsortedSegmentSum$")
+# A table touched by rows: lookups, scatters, sparse optimizer updates; what a row-sparse step
+# keeps of its tables' work.
+ROW_OPS = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|GatherV2|"
+                     r"Unique\w*)$")
 _UNIQUE = re.compile(r":Unique(V2)?$")
 
 
@@ -46,10 +50,7 @@ def dedup_sums(names: Iterable[str]) -> set[str]:
     names = list(names)
     scopes = {n.rpartition("/")[0] for n in names if _UNIQUE.search(n)}
     return {n for n in names if DENSIFY.search(n) and n.rpartition("/")[0] in scopes}
-# A table touched by rows: lookups, scatters, sparse optimizer updates; what a row-sparse step
-# keeps of its tables' work.
-ROW_OPS = re.compile(r":(?:ResourceScatter\w*|ResourceSparseApply\w*|ResourceGather|GatherV2|"
-                     r"Unique\w*)$")
+
 
 ANCHORS: dict[str, re.Pattern[str]] = {
     # Ops that run where the table is: the lookup, the writes into it, sparse optimizer updates
