@@ -1,6 +1,7 @@
 """`one_hot_matmul` on code-built traces (an encoding handed to a matmul on its thread, through
-a concatenation, TF1 gradient names, GPU kernels named by their tf_op; a label one-hot, a
-histogram's one-hot, a consumer on another thread) and on recorded TF 2.21 traces of
+a concatenation, TF1 gradient names and updates, GPU kernels named by their tf_op, XLA thunks
+tied by a saved module; a label one-hot, a histogram's one-hot, a consumer on another thread, a
+compiled lookup) and on recorded TF 2.21 traces of
 `python tests/analyzers/foreign_jobs.py DIR MODE` (tensorflow-cpu 2.21 on 2026-11-29, 2 cores;
 the xplanes gzipped in data/tf2.21):
 - `multihot_dense.xplane.pb.gz`: one feature of 10 ids out of 10,000,
