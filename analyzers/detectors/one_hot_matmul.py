@@ -47,7 +47,7 @@ import pandas as pd
 
 from analyzers.context import Context
 from analyzers.detectors.debug_ops_in_step import SUMMARY_SCOPE
-from analyzers.events import cat_map, is_device_plane, op_type_of
+from analyzers.events import cat_map, cat_mask, is_device_plane, op_type_of
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.ingest.hlo import HloOp
 from analyzers.signals.compiled import compiled_share
@@ -133,11 +133,11 @@ def detect(ctx: Context) -> Finding | None:
     saved = sum(fractions.values())
     if saved < MIN_SHARE:
         return None
-    mine = pool[_in_names(pool["name"], set().union(*counted.values()))]
+    mine = pool[cat_mask(pool["name"], set().union(*counted.values()).__contains__)]
     n = ctx.worker_steps(mine["host"])
-    kinds = pd.Series(cat_map(mine["name"][_in_names(mine["name"], counted["encodings"])],
-                              lambda name: op_type_of(hlo[name].tf_op if name in hlo else name))
-                      ).value_counts()
+    encodings = mine["name"][cat_mask(mine["name"], counted["encodings"].__contains__)]
+    kinds = pd.Series(cat_map(encodings, lambda name: op_type_of(
+        hlo[name].tf_op if name in hlo else name))).value_counts()
     step_ms = ctx.steps.median_step_ns() / 1e6
     matmuls = sorted(counted["matmuls"] or counted["backward"])
     compiled = sum(m in hlo for m in matmuls)
@@ -316,10 +316,6 @@ def _gradient_of(name: str, forward: set[str]) -> bool:
     return False
 
 
-def _in_names(col: pd.Series, names: set[str]) -> np.ndarray:
-    return cat_map(col, names.__contains__).astype(bool)
-
-
 _PARTS = {"encodings": "the encodings", "layout": "the layout ops between (concatenations, "
           "casts)", "matmuls": "the matmuls they feed", "backward": "those matmuls' gradients "
           "(a dense weight gradient each)", "updates": "the weights' dense updates"}
@@ -334,13 +330,14 @@ def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
     compiled = on == "host ops" and any(n in hlo for part in counted.values() for n in part)
     if compiled:
         # XLA's thunks stand for the modules' time, part of it untraced (signals/compiled.py).
-        pool = pool[_in_names(pool["name"], set(hlo))]
+        pool = pool[cat_mask(pool["name"], hlo.__contains__)]
     covered = ctx.kernel_idle_share(pool, kernels=False)
     busy = float(pool["dur_ns"].sum())
     fractions: dict[str, float] = {}
     shares = []
     for key, label in _PARTS.items():
-        part_ns = float(pool["dur_ns"].to_numpy()[_in_names(pool["name"], counted[key])].sum())
+        rows = cat_mask(pool["name"], counted[key].__contains__)
+        part_ns = float(pool["dur_ns"].to_numpy()[rows].sum())
         share = part_ns / busy if busy else 0.0
         fractions[key] = compiled_share(ctx, part_ns) if compiled else share * covered
         if share:
@@ -348,7 +345,7 @@ def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
     if on == "kernels":
         every = set().union(*counted.values())
         fractions["host_exposed"] = ctx.kernel_idle_share(
-            host_ops[_in_names(host_ops["name"], every)])
+            host_ops[cat_mask(host_ops["name"], every.__contains__)])
     return fractions, shares
 
 
