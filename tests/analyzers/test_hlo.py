@@ -57,11 +57,9 @@ def test_modules_on_the_metadata_plane_reach_the_run(tmp_path):
 
     def add(b, host, main, comp, t0, i):
         if i == 0:
-            meta = b.plane(METADATA_PLANE)
             for k, module in enumerate((ONE_HOT_MODULE, other)):
-                mid = meta.event_metadata_id(f"module_{k}")
-                meta.fill_stat(meta._msg.event_metadata[mid].stats.add(), HLO_STAT,
-                               build_module(module, ONE_HOT_FUSED))
+                b.plane(METADATA_PLANE).event_metadata_stat(
+                    f"module_{k}", HLO_STAT, build_module(module, ONE_HOT_FUSED))
     _, path = host_trace(tmp_path, steps=2, per_step=add)
     run = load_run(path)
     assert "MatMul.74" in run.hlo_ops and "MatMul.44" not in run.hlo_ops

@@ -60,10 +60,8 @@ def compiled(module: list[dict], thunks: list[tuple[str, float]], span_ms: float
         if span_ms:
             main.event("CpuExecutable::ExecuteAsyncOnStream", t0 + 51 * MS, int(span_ms * MS))
         if i == 0:
-            meta = b.plane(METADATA_PLANE)
-            mid = meta.event_metadata_id("a_inference_train_step_42__.7")
-            meta.fill_stat(meta._msg.event_metadata[mid].stats.add(), HLO_STAT,
-                           build_module(module, ONE_HOT_FUSED))
+            b.plane(METADATA_PLANE).event_metadata_stat(
+                "a_inference_train_step_42__.7", HLO_STAT, build_module(module, ONE_HOT_FUSED))
         t = t0 + 51 * MS
         for name, ms in thunks:
             comp.event(name, t, int(ms * MS))

@@ -134,6 +134,12 @@ class PlaneBuilder:
             self._msg.event_metadata[mid].display_name = display_name
         return mid
 
+    def event_metadata_stat(self, name: str, stat: str, value) -> None:
+        """A stat on an event name's metadata (XEventMetadata.stats), as TF writes the XLA
+        modules it saves on `/host:metadata`."""
+        self.fill_stat(self._msg.event_metadata[self.event_metadata_id(name)].stats.add(), stat,
+                       value)
+
     def stat_metadata_id(self, name: str) -> int:
         """Intern a stat name or a `Ref` string value (one id space, ids from 1)."""
         return _intern(self._stat_ids, self._msg.stat_metadata, name)
