@@ -129,6 +129,10 @@ def detect(ctx: Context) -> Finding | None:
             counted[part] |= thunks & ran
     if not counted["matmuls"] and not counted["backward"]:
         return None
+    # XLA's thunks stand for the modules' time, part of it untraced (signals/compiled.py).
+    thunks = on == "host ops" and any(n in hlo for part in counted.values() for n in part)
+    if thunks:
+        pool, on = pool[cat_mask(pool["name"], hlo.__contains__)], "XLA thunks"
     fractions, shares = _shares(ctx, pool, host_ops, counted, on)
     saved = sum(fractions.values())
     if saved < MIN_SHARE:
@@ -148,10 +152,12 @@ def detect(ctx: Context) -> Finding | None:
         + ", ".join(_label(m, hlo) for m in matmuls[:3]) + (", ..." if len(matmuls) > 3 else "")
         + f"): categorical features multiplied as one-hot vectors, {saved:.1%} of the step "
         f"({saved * step_ms:.2f} ms of a {step_ms:.1f} ms step)",
-        f"of the {on}' busy time: " + ", ".join(shares),
-        f"estimate: lookups of one row per id replace them (taken as free), and rows-only "
-        f"updates the weights' dense ones: their share of the {on}' busy time, of the part of "
-        f"the step the {on} cover"
+        f"of the {on}' {'traced' if thunks else 'busy'} time: " + ", ".join(shares),
+        "estimate: lookups of one row per id replace them (taken as free), and rows-only "
+        "updates the weights' dense ones: "
+        + ("each thunk's share of the thunks' traced time, of the time the modules ran"
+           if thunks else f"their share of the {on}' busy time, of the part of the step "
+           f"the {on} cover")
         + ("" if counted["updates"] else "; the optimizer's update of the weights is not "
            "counted (not told apart from the others': a dense optimizer such as Keras' Adam "
            "densifies a lookup's gradient too)"),
@@ -166,8 +172,8 @@ def detect(ctx: Context) -> Finding | None:
         evidence.append(
             f"{compiled} of the matmuls compiled by XLA: their inputs read from the compiled "
             "module's HLO (XLA does not turn them into lookups); XLA:CPU runs parallel dots off "
-            "the traced threads, so the modules' time is shared out by the thunks' traced time: "
-            "a lower bound when the untraced work is these matmuls' own")
+            "the traced threads, hence the modules' time shared out: a lower bound when the "
+            "untraced work is these matmuls' own")
     if unlinked:
         evidence.append(f"{unlinked} encoding op name(s) never seen handing to a matmul are "
                         "left out (their consumer ran on another thread)")
@@ -326,11 +332,6 @@ def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
     """Each part's saving (its share of the pool's busy time, of the time the pool covers; in a
     compiled step, of the thunks' and the time the modules ran; with kernels, plus the parts'
     host ops while no kernel runs) and its busy share as text."""
-    hlo = ctx.run.hlo_ops
-    compiled = on == "host ops" and any(n in hlo for part in counted.values() for n in part)
-    if compiled:
-        # XLA's thunks stand for the modules' time, part of it untraced (signals/compiled.py).
-        pool = pool[cat_mask(pool["name"], hlo.__contains__)]
     covered = ctx.kernel_idle_share(pool, kernels=False)
     busy = float(pool["dur_ns"].sum())
     fractions: dict[str, float] = {}
@@ -339,7 +340,8 @@ def _shares(ctx: Context, pool: pd.DataFrame, host_ops: pd.DataFrame,
         rows = cat_mask(pool["name"], counted[key].__contains__)
         part_ns = float(pool["dur_ns"].to_numpy()[rows].sum())
         share = part_ns / busy if busy else 0.0
-        fractions[key] = compiled_share(ctx, part_ns) if compiled else share * covered
+        fractions[key] = (compiled_share(ctx, part_ns) if on == "XLA thunks"
+                          else share * covered)
         if share:
             shares.append(f"{label} {share:.0%}")
     if on == "kernels":
