@@ -430,9 +430,11 @@ def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
     assert "dense_embedding_update" not in {f.id for f in k_report.findings}
     none, report = found("periodic_none")
     assert windows(report) == 30
-    # Even steps (within 1.2-1.6x in 4 runs); an OS hiccup could still stretch one, which the
-    # trace cannot explain: at most that, never a cause.
-    assert none is None or (none.severity == "low" and none.numbers["cause"] is None), none
+    # Even steps (within 1.2-1.6x in 4 runs). An OS hiccup can still stretch one (a CI run: one
+    # step of 30 at 2.4x, untraced time): shown `low` as one sample, never as recurring work.
+    assert none is None or (none.severity == "low" and none.numbers["period_steps"] is None
+                            and (none.numbers["cause"] is None
+                                 or len(none.numbers["stalled_steps"]) == 1)), none
 
 
 @pytest.mark.parametrize(("mode", "label"), [("gc", "untraced Python work on the CPU"),
