@@ -13,11 +13,11 @@ ops, which a one-process step has too). The hosts' roles come from the sends' re
 Causes, read from what the servers do during this worker's calls:
 - `dense_updates`: the servers spend most of their time on whole-variable work (anything but
   row lookups, scatters and sparse updates) beside the tables' row ops or a densified gradient
-  (`UnsortedSegmentSum`, the op that turns an IndexedSlices into a tensor; TF1's sparse Adam
-  also runs it, on the batch's rows, to sum duplicates): each step updates every row of a table
-  or of its optimizer slots. Keras 3's Adam on a table densifies the gradient and sends it whole;
-  TF1's and tf.keras 2's Adam scale their whole moment slots; a gradient passed through
-  tf.convert_to_tensor is dense.
+  (`UnsortedSegmentSum`, the op that turns an IndexedSlices into a tensor; TF1's sparse
+  updates also run it, beside a `Unique`, to sum the batch's duplicate rows: a row op then,
+  `dedup_sums`): each step updates every row of a table or of its optimizer slots. Keras 3's
+  Adam on a table densifies the gradient and sends it whole; TF1's and tf.keras 2's Adam scale
+  their whole moment slots; a gradient passed through tf.convert_to_tensor is dense.
 - `unbalanced`: with several servers, the busiest runs ops UNBALANCED times as long as the least
   busy and fills at least IDLE_SERVERS of the wait: whole tables placed on one server each,
   without a variable partitioner.
@@ -51,7 +51,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import RUN_GRAPH, cat_mask
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS
+from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS, dedup_sums
 from analyzers.signals.executions import executions
 from analyzers.steps import covered_during, covered_ns, covered_outside
 
@@ -127,12 +127,12 @@ def detect(ctx: Context) -> Finding | None:
     host = srv["host"].astype(str).to_numpy()
     busy_ns = {h: covered_during(ss[host == h], se[host == h], rs, re_) for h in servers}
     busy = {h: ns / runs_ns for h, ns in busy_ns.items()}
-    rows = cat_mask(srv["name"], ROW_OPS.search)
+    rows = _row_ops(srv["name"])
     row_ns = covered_during(ss[rows], se[rows], rs, re_)
     all_ns = covered_during(ss, se, rs, re_)
     table_ns = all_ns - row_ns  # while only whole-variable ops run
-    densify_srv = int(cat_mask(srv["name"], DENSIFY.search).sum())
-    own_densify = cat_mask(own["name"], DENSIFY.search)
+    densify_srv = int(_densifying(srv["name"]).sum())
+    own_densify = _densifying(own["name"])
     lone_densify = covered_outside(os_[own_densify], oe[own_densify], os_[~own_densify],
                                    oe[~own_densify]) / total
     tasks = ctx.host_tasks
@@ -214,7 +214,23 @@ def detect(ctx: Context) -> Finding | None:
 def _optimizer_densifies(names) -> bool:
     """An `UnsortedSegmentSum` under an optimizer's scope: Keras 3's Adam densifying a table's
     gradient (a model's own sums, a ragged reduction, are not an optimizer's)."""
-    return bool(cat_mask(names, lambda n: DENSIFY.search(n) and OPTIMIZER_SCOPE.search(n)).any())
+    return bool((_densifying(names) & cat_mask(names, OPTIMIZER_SCOPE.search)).any())
+
+
+def _densifying(names) -> np.ndarray:
+    """`UnsortedSegmentSum`s that make a table-sized tensor: not the sums of a sparse gradient's
+    duplicate rows that TF1's and Keras 2's sparse updates run first (`dedup_sums`; TF1's
+    `AdagradOptimizer` on a server: `Adagrad/update_t0/Unique`, `.../UnsortedSegmentSum`)."""
+    dedup = dedup_sums(str(n) for n in names.unique())
+    return cat_mask(names, lambda n: bool(DENSIFY.search(n)) and n not in dedup)
+
+
+def _row_ops(names) -> np.ndarray:
+    """`ROW_OPS`, and the duplicate-row sums beside them: they work over the batch's rows too,
+    and counted as whole-variable work they would make a sparse update's scope look like one
+    that scales its slots whole."""
+    dedup = dedup_sums(str(n) for n in names.unique())
+    return cat_mask(names, lambda n: bool(ROW_OPS.search(n)) or n in dedup)
 
 
 def _tables_updated_whole(names, rows: np.ndarray) -> bool:

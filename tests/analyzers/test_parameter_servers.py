@@ -336,7 +336,10 @@ def _tf1_job(tmp_path, optimizer: str) -> None:
     `RunGraphDone`; the server, on its pool threads, runs the run's `RunGraph`, looks rows up
     and applies the update: `adam`, TF1's Adam scaling its whole moment slots (`Mul`,
     `AssignVariableOp` under `Adam/update_t0/`, 30 ms) beside a 2 ms scatter of the rows;
-    `adagrad`, a 2 ms `ResourceSparseApplyAdagrad`."""
+    `adagrad`, a 2 ms `ResourceSparseApplyAdagrad`; `adagrad_mlp`, that update after the sum
+    of the gradient's duplicate rows (`Unique`, `UnsortedSegmentSum` in its scope, as TF1's
+    sparse updates run it), beside a dense layer's 30 ms `ResourceApplyAdagrad`
+    (`adagrad_mlp_no_unique`: the sum without its `Unique`)."""
     step = 60 * MS
     worker, server = XSpaceBuilder(), XSpaceBuilder()
     py = worker.plane("/host:CPU").line("python", line_id=1)
@@ -359,6 +362,13 @@ def _tf1_job(tmp_path, optimizer: str) -> None:
             ps.event("Adam/update_t0/mul:Mul", t0 + 25 * MS, 15 * MS)
             ps.event("Adam/update_t0/Assign:AssignVariableOp", t0 + 40 * MS, 15 * MS)
         else:
+            if optimizer.startswith("adagrad_mlp"):
+                if optimizer == "adagrad_mlp":
+                    ps.event("Adagrad/update_t0/Unique:Unique", t0 + 22_400_000, 300_000)
+                ps.event("Adagrad/update_t0/UnsortedSegmentSum:UnsortedSegmentSum",
+                         t0 + 22_700_000, 300_000)
+                ps.event("Adagrad/update_dense/ResourceApplyAdagrad:ResourceApplyAdagrad",
+                         t0 + 25 * MS, 30 * MS)
             ps.event("Adagrad/update_t0/ResourceSparseApplyAdagrad:ResourceSparseApplyAdagrad",
                      t0 + 23 * MS, 2 * MS)
     worker.write(tmp_path, host="localhost_6000")
@@ -385,3 +395,16 @@ def test_tf1_sparse_optimizer_estimates_nothing(tmp_path):
     assert r.ctx.steps.source == "session:RunGraph"
     f = found["parameter_server_wait"]
     assert f.numbers["cause"] == "transfer" and f.speedup == 1.0
+
+
+def test_tf1_duplicate_row_sums_are_no_dense_update(tmp_path):
+    """TF1's Adagrad sums a table gradient's duplicate rows (a `Unique`, then an
+    `UnsortedSegmentSum` in the update's scope) before its row-sparse apply: no densified
+    gradient, while a dense layer's update keeps the servers busy; the same sum with no `Unique`
+    beside it densifies."""
+    _tf1_job(tmp_path, "adagrad_mlp")
+    f = _report(tmp_path)[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "servers_busy" and f.speedup == 1.0, f.evidence
+    _tf1_job(tmp_path / "no_unique", "adagrad_mlp_no_unique")
+    f = _report(tmp_path / "no_unique")[1]["parameter_server_wait"]
+    assert f.numbers["cause"] == "dense_updates" and f.speedup > 1.5, f.evidence
