@@ -346,6 +346,11 @@ class Context:
     def sampler_process(self) -> pd.DataFrame | None:
         return self._one_sampler_host(self.run.process)
 
+    @cached_property
+    def sampler_others(self) -> pd.DataFrame | None:
+        """The sampled machine's other processes (capture since 2026-11-30; None before)."""
+        return self._one_sampler_host(self.run.others)
+
     def _one_sampler_host(self, df: pd.DataFrame | None) -> pd.DataFrame | None:
         if df is None or "host" not in df:
             return df

@@ -23,7 +23,12 @@ from analyzers.host_clocks import describe, read_offsets, shift_hosts
 from analyzers.ingest.chrome_trace import NotATrace, read_chrome_trace
 from analyzers.ingest.hlo import HloOp
 from analyzers.ingest.kineto_header import KinetoHeader, kineto_header
-from analyzers.ingest.sampler import PROCESS_COLUMNS, THREAD_COLUMNS, read_sampler_file
+from analyzers.ingest.sampler import (
+    OTHERS_COLUMNS,
+    PROCESS_COLUMNS,
+    THREAD_COLUMNS,
+    read_sampler_file,
+)
 from analyzers.ingest.xplane import (
     SLOW_DECODER_WARNING,
     compiled_decoder_built,
@@ -31,7 +36,7 @@ from analyzers.ingest.xplane import (
     read_xplane,
 )
 from analyzers.machines import one_machine
-from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
+from recadvisor.capture.layout import OTHERS_SUFFIX, PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
 from recadvisor.capture.metadata import METADATA_FILE
 
 # Above this size the protobuf fallback's slowness is worth a warning (~1 s per 4 MB).
@@ -56,6 +61,7 @@ class RunData:
     trace_files: list[Path]
     threads: pd.DataFrame | None = None
     process: pd.DataFrame | None = None
+    others: pd.DataFrame | None = None  # the machine's other processes (`.others.parquet`)
     metadata: dict | None = None
     warnings: list[str] = field(default_factory=list)
     # host → the machine it ran on, where its trace records one (PyTorch's `host_name`).
@@ -375,6 +381,7 @@ def _attach_side_files(data: RunData, run_dir: Path) -> None:
             data.warnings.append(f"run metadata {meta_path.name} unreadable: {e}")
     threads = sorted(run_dir.glob(f"*{THREADS_SUFFIX}"))
     process = sorted(run_dir.glob(f"*{PROCESS_SUFFIX}"))
+    others = sorted(run_dir.glob(f"*{OTHERS_SUFFIX}"))
     if not data.t0_unix_ns and (threads or process):
         data.warnings.append("trace has no wall-clock origin: sampler data cannot be aligned")
         return
@@ -385,6 +392,9 @@ def _attach_side_files(data: RunData, run_dir: Path) -> None:
         if process:
             data.process = _sampled(process, PROCESS_SUFFIX, PROCESS_COLUMNS, data.t0_unix_ns,
                                     data.clock_offsets)
+        if others:
+            data.others = _sampled(others, OTHERS_SUFFIX, OTHERS_COLUMNS, data.t0_unix_ns,
+                                   data.clock_offsets)
     except ValueError as e:
         data.warnings.append(str(e))
 

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 
 THREAD_COLUMNS = ("ts_ns", "tid", "name", "state")
 PROCESS_COLUMNS = ("ts_ns", "cpu_percent")
+OTHERS_COLUMNS = ("ts_ns", "pid", "ppid", "name", "cmd", "cpu_s", "start_ticks",
+                  "sampled_pid", "sampler_pid")
 
 
 def read_sampler_file(path: Path, required: tuple[str, ...], t0_unix_ns: int) -> pd.DataFrame:

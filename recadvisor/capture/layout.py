@@ -23,8 +23,17 @@ Sampler files are Parquet, one row per sample:
   quota in cores, -1 without one), and the quota group's cumulative `cpu.stat` counters
   `cpu_periods`, `cpu_throttled_periods` int64 and `cpu_throttled_s` float64 (throttled time
   summed over the CPUs the group was stopped on; -1 without a quota or when unreadable).
+- `<host>.others.parquet` (since 2026-11-30; absent before) — the machine's other processes,
+  scanned about once a second: a row per process whose CPU moved since the scan before (every
+  process at the first scan): `ts_ns` int64, `pid`, `ppid` int32, `name` string (comm), `cmd`
+  string (its command line, 200 characters at most, read once its CPU moves after the first
+  scan; '' before that and for kernel threads), `cpu_s` float64 (cumulative user + system CPU
+  seconds), `start_ticks` int64 (its start in clock ticks after boot: with the pid, one
+  process), `sampled_pid` int32 (the process the other files sample: its descendants are the
+  job's own, data loader workers and such) and `sampler_pid` int32 (the sampler's process).
 """
 
 THREADS_SUFFIX = ".threads.parquet"
 PROCESS_SUFFIX = ".process.parquet"
+OTHERS_SUFFIX = ".others.parquet"
 XPLANE_SUFFIX = ".xplane.pb"

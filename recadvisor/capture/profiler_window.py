@@ -56,10 +56,11 @@ class ProfileWindow:
     on the wall clock (time.time_ns, the clock TF's xplane timestamps use).
 
     The OS sampler (`recadvisor.capture.sampler`) runs over the window in a separate process
-    against this one, and its two Parquet files land beside the xplane as `<host>.threads.parquet`
-    and `<host>.process.parquet`; `w.sampler_info` says what it wrote (None when off). `sampler`
-    defaults to on unless RECADVISOR_SAMPLER=0. A sampler that cannot start or write is reported
-    on stderr and in `sampler_info`; the profile is kept either way.
+    against this one, and its Parquet files land beside the xplane as `<host>.threads.parquet`,
+    `<host>.process.parquet` and `<host>.others.parquet`; `w.sampler_info` says what it wrote
+    (None when off). `sampler` defaults to on unless RECADVISOR_SAMPLER=0. A sampler that
+    cannot start or write is reported on stderr and in `sampler_info`; the profile is kept
+    either way.
     """
 
     def __init__(
@@ -128,9 +129,10 @@ class ProfileWindow:
         # The sampler writes into a scratch folder beside the runs (same file system, so the
         # final move is a rename); the run folder's name is known only once TF has written it.
         self._sampler_tmp = Path(tempfile.mkdtemp(prefix=".sampler-", dir=self.logdir))
-        threads, process = sampler_paths(self._sampler_tmp, "sampler")
+        threads, process, others = sampler_paths(self._sampler_tmp, "sampler")
         try:
-            self._sampler = SamplerProcess(os.getpid(), threads, process, self.sampler_hz).start()
+            self._sampler = SamplerProcess(os.getpid(), threads, process, self.sampler_hz,
+                                           others_path=others).start()
         except OSError as e:
             self._warn(f"OS sampler not started: {e}")
             self.sampler_info = {"error": str(e)}

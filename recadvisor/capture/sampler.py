@@ -8,6 +8,10 @@ its process-level calls open, read and close a file per value; the sampler inste
 descriptor per /proc file and re-reads it with `pread` (the kernel regenerates the text on every
 read at offset 0), and parses the text later, in batches.
 
+About once a second a sweep also reads every other process's `/proc/<pid>/stat` (name, parent,
+cumulative CPU), keeping a row where a process's CPU moved: which processes took the machine's
+cores, and which of them are the job's own children (data loader workers), can then be told.
+
 Rows are stamped with `time.time_ns()` (CLOCK_REALTIME), the clock of TF's xplane once its
 `profile_start_time` is added (docs/trace-signals.md, "Sampler"). Files and columns:
 `recadvisor.capture.layout`.
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from recadvisor.capture.cpu_limits import affinity_cpus, cgroup_cpu_limit, parse_cpu_stat
-from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
+from recadvisor.capture.layout import OTHERS_SUFFIX, PROCESS_SUFFIX, THREADS_SUFFIX
 
 DEFAULT_HZ = 50.0
 MIN_HZ = 1.0
@@ -49,6 +53,8 @@ DEFAULT_CPU_BUDGET = 0.01
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_SIZE = 4096
+# Seconds between scans of the other processes: ~1 ms a scan for 70 processes, ~10 ms for 1,000.
+OTHERS_EVERY_S = 1.0
 
 
 class TaskStat(NamedTuple):
@@ -86,6 +92,30 @@ def parse_task_stat(text: bytes | str) -> TaskStat:
         # Field 42 exists since Linux 2.6.18; older or truncated lines count as "not accounted".
         blkio_ticks=int(rest[39]) if len(rest) > 39 else 0,
     )
+
+
+class ProcEntry(NamedTuple):
+    """What the sampler keeps of another process's `/proc/<pid>/stat` line."""
+
+    pid: int  # field 1
+    name: str  # field 2, comm
+    ppid: int  # field 4
+    cpu_ticks: int  # fields 14 + 15, utime + stime
+    start_ticks: int  # field 22, starttime (with the pid, names the process: pids are reused)
+
+
+def parse_proc_entry(text: bytes | str) -> ProcEntry:
+    line = text.encode() if isinstance(text, str) else text
+    open_, close = line.find(b"("), line.rfind(b")")
+    if open_ < 1 or close < open_:
+        raise ValueError(f"not a /proc stat line: {line[:80]!r}")
+    rest = line[close + 2 :].split()
+    if len(rest) < 20:
+        raise ValueError(f"truncated /proc stat line: {line[:80]!r}")
+    return ProcEntry(pid=int(line[: open_ - 1]),
+                     name=line[open_ + 1 : close].decode("utf-8", "replace"),
+                     ppid=int(rest[1]), cpu_ticks=int(rest[11]) + int(rest[12]),
+                     start_ticks=int(rest[19]))
 
 
 def parse_proc_io(text: bytes | str) -> tuple[int, int, int]:
@@ -172,6 +202,13 @@ class Sampler:
         limit = cgroup_cpu_limit(self.pid)
         self.cpu_quota = limit.cores if limit else None
         self._cg_fd = _open_or_none(str(limit.stat)) if limit else None
+        # Other processes: the rows kept (where a process's CPU moved since the last scan,
+        # every process at the first), as (ts, ProcEntry, command line); per process (pid,
+        # start), its CPU ticks at the last scan and its command line once it moved.
+        self._others: list[tuple[int, ProcEntry, str]] = []
+        self._others_last: dict[tuple[int, int], int] = {}
+        self._others_cmd: dict[tuple[int, int], str] = {}
+        self._others_due = 0
         self.gone = False  # the process exited
         self.late_sweeps = 0  # sweeps that started more than one period late
         self.sweep_cpu_s = 0.0  # CPU time of the sampling thread inside run()
@@ -214,6 +251,9 @@ class Sampler:
             with contextlib.suppress(OSError):
                 cg = os.pread(self._cg_fd, _READ_SIZE, 0)
         self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0), cg))
+        if ts >= self._others_due:
+            self._scan_others(ts)
+            self._others_due = ts + int(OTHERS_EVERY_S * 1e9)
         if len(self._raw) >= self._compact_every:
             self._compact()
         return True
@@ -272,6 +312,24 @@ class Sampler:
             )  # fmt: skip
         self._raw.clear()
 
+    def _scan_others(self, ts: int) -> None:
+        """Every other process's CPU: a row where it moved since the last scan (at the first,
+        every process), with its command line read once it does (Python processes are all
+        `python3` by name)."""
+        last, cmds, first = self._others_last, self._others_cmd, not self._others_last
+        for line in _other_stats(self.pid):
+            try:
+                e = parse_proc_entry(line)
+            except ValueError:
+                continue
+            key = (e.pid, e.start_ticks)
+            if last.get(key) == e.cpu_ticks:
+                continue
+            last[key] = e.cpu_ticks
+            if not first and key not in cmds:
+                cmds[key] = _command_line(e.pid)
+            self._others.append((ts, e, cmds.get(key, "")))
+
     def run(self, stop: threading.Event) -> None:
         """Sweep every 1/hz s until `stop` is set or the process exits; one last sweep after
         `stop` so the samples cover the moment the caller stopped. A late sweep skips the ticks it
@@ -305,6 +363,9 @@ class Sampler:
             if due > now:
                 time.sleep(due - now)  # cheaper to wake from than Event.wait; stop is checked next
         else:
+            # The other processes too: a window shorter than their scans' period still lies
+            # between two of them.
+            self._others_due = 0
             self.sample()
         self.sweep_cpu_s += time.thread_time() - c0
 
@@ -345,6 +406,7 @@ class Sampler:
         if k:
             del self._rows[: sum(self._sweep_rows[:k])]
             del self._sweep_ts[:k], self._sweep_rows[:k], self._prows[:k]
+        # The other processes' rows stay: the last one before the window is its baseline.
 
     def tables(self):
         """The two pyarrow Tables, columns as in `recadvisor.capture.layout`."""
@@ -408,19 +470,44 @@ class Sampler:
         )
         return threads, process
 
-    def write(self, threads_path: Path, process_path: Path) -> tuple[Path, Path]:
-        """Write both Parquet files atomically (temp name, then rename)."""
+    def others_table(self):
+        """The other processes' rows (`recadvisor.capture.layout`: `<host>.others.parquet`)."""
+        import pyarrow as pa
+
+        ts = [t for t, _, _ in self._others]
+        cols = list(zip(*(e for _, e, _ in self._others), strict=True)) or [()] * len(
+            ProcEntry._fields)
+        e = dict(zip(ProcEntry._fields, cols, strict=True))
+        return pa.table({
+            "ts_ns": pa.array(ts, pa.int64()),
+            "pid": pa.array(e["pid"], pa.int32()),
+            "ppid": pa.array(e["ppid"], pa.int32()),
+            "name": pa.array(e["name"], pa.string()),
+            "cmd": pa.array([c for _, _, c in self._others], pa.string()),
+            "cpu_s": pa.array([c / CLK_TCK for c in e["cpu_ticks"]], pa.float64()),
+            "start_ticks": pa.array(e["start_ticks"], pa.int64()),
+            "sampled_pid": pa.array([self.pid] * len(ts), pa.int32()),
+            "sampler_pid": pa.array([os.getpid()] * len(ts), pa.int32()),
+        })
+
+    def write(self, threads_path: Path, process_path: Path,
+              others_path: Path | None = None) -> tuple[Path, ...]:
+        """Write the Parquet files atomically (temp name, then rename): threads and process,
+        and the other processes' when `others_path` is given."""
         import pyarrow.parquet as pq
 
         threads, process = self.tables()
+        todo = [(threads, Path(threads_path)), (process, Path(process_path))]
+        if others_path is not None:
+            todo.append((self.others_table(), Path(others_path)))
         out = []
-        for table, path in ((threads, Path(threads_path)), (process, Path(process_path))):
+        for table, path in todo:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             pq.write_table(table, tmp, compression="zstd")
             os.replace(tmp, path)
             out.append(path)
-        return out[0], out[1]
+        return tuple(out)
 
     def summary(self) -> dict[str, Any]:
         self._compact()
@@ -441,6 +528,28 @@ class Sampler:
         }
 
 
+def _other_stats(pid: int) -> list[bytes]:
+    """The stat lines of every process but `pid` (one that exits meanwhile is skipped)."""
+    lines = []
+    own = str(pid)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != own:
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat", "rb") as f:
+                lines.append(f.read())
+    return lines
+
+
+def _command_line(pid: int, limit: int = 200) -> str:
+    """`/proc/<pid>/cmdline`, arguments joined by spaces, cut at `limit` characters ('' for a
+    kernel thread or a process gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(4 * limit)
+    except OSError:
+        return ""
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")[:limit]
+
+
 def _open_or_none(path: str) -> int | None:
     try:
         return os.open(path, os.O_RDONLY)
@@ -456,10 +565,12 @@ def delay_accounting_enabled() -> bool | None:
         return None
 
 
-def sampler_paths(directory: Path, host: str) -> tuple[Path, Path]:
-    """`<dir>/<host>.threads.parquet`, `<dir>/<host>.process.parquet`."""
+def sampler_paths(directory: Path, host: str) -> tuple[Path, Path, Path]:
+    """`<dir>/<host>.threads.parquet`, `<dir>/<host>.process.parquet`,
+    `<dir>/<host>.others.parquet`."""
     d = Path(directory)
-    return d / f"{host}{THREADS_SUFFIX}", d / f"{host}{PROCESS_SUFFIX}"
+    return tuple(d / f"{host}{suffix}" for suffix in (THREADS_SUFFIX, PROCESS_SUFFIX,
+                                                      OTHERS_SUFFIX))
 
 
 class SamplerProcess:
@@ -477,6 +588,7 @@ class SamplerProcess:
         process_path: Path,
         hz: float = DEFAULT_HZ,
         cpu_budget: float | None = DEFAULT_CPU_BUDGET,
+        others_path: Path | None = None,
     ) -> None:
         self.cmd = [
             sys.executable,
@@ -492,6 +604,7 @@ class SamplerProcess:
             str(process_path),
             "--cpu-budget",
             str(cpu_budget or 0),
+            *(["--others-out", str(others_path)] if others_path is not None else []),
         ]
         self.proc: subprocess.Popen | None = None
         self.result: dict[str, Any] | None = None
@@ -544,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m recadvisor.capture.sampler",
         description="Sample a process's thread states, CPU and I/O until it exits or SIGINT/"
-        "SIGTERM, then write the two Parquet files. Prints one JSON line when the first sweep "
+        "SIGTERM, then write the Parquet files. Prints one JSON line when the first sweep "
         "is done and one (the summary) after writing.",
     )
     ap.add_argument("--pid", type=int, required=True)
@@ -558,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--threads-out", type=Path, required=True)
     ap.add_argument("--process-out", type=Path, required=True)
+    ap.add_argument("--others-out", type=Path, help="the other processes' CPU (optional)")
     args = ap.parse_args(argv)
     stop = threading.Event()
 
@@ -583,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     while worker.is_alive():
         worker.join(0.2)
     sampler.close()
-    sampler.write(args.threads_out, args.process_out)
+    sampler.write(args.threads_out, args.process_out, args.others_out)
     t = os.times()
     summary = sampler.summary()
     summary["cpu_s"] = round(t.user + t.system, 3)

@@ -14,7 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from recadvisor.capture import METADATA_FILE
-from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX, XPLANE_SUFFIX
+from recadvisor.capture.layout import (
+    OTHERS_SUFFIX,
+    PROCESS_SUFFIX,
+    THREADS_SUFFIX,
+    XPLANE_SUFFIX,
+)
 
 TIMEOUT = 240  # seconds for one TF run; TF imports take a few seconds on a busy 2-core machine
 
@@ -219,7 +224,8 @@ def test_capture_of_a_tf_script_opens_in_xprof_with_aligned_sampler_data(tmp_pat
     assert w["stop_reason"] == "duration" and w["step_function"] == "train_step"
     assert 1.4e9 <= w["end_unix_ns"] - w["start_unix_ns"] <= 3e9
     assert w["steps"] > 5 and w["steps_per_s"] > 0
-    assert w["sampler"]["files"] == [host + THREADS_SUFFIX, host + PROCESS_SUFFIX]
+    assert w["sampler"]["files"] == [host + THREADS_SUFFIX, host + PROCESS_SUFFIX,
+                                     host + OTHERS_SUFFIX]
 
     # The sampler covers the window, at about the rate asked for.
     threads = pq.read_table(run_dir / (host + THREADS_SUFFIX)).to_pandas()
@@ -427,10 +433,11 @@ def test_profile_window_writes_sampler_files_beside_the_xplane(tmp_path):
     on = Path(out["on"]["run_dir"])
     host = next(on.glob(f"*{XPLANE_SUFFIX}")).name[: -len(XPLANE_SUFFIX)]
     assert sorted(p.name for p in on.iterdir()) == sorted(
-        [host + XPLANE_SUFFIX, host + THREADS_SUFFIX, host + PROCESS_SUFFIX]
+        [host + XPLANE_SUFFIX, host + THREADS_SUFFIX, host + PROCESS_SUFFIX, host + OTHERS_SUFFIX]
     )
     info = out["on"]["info"]
-    assert info["files"] == [host + THREADS_SUFFIX, host + PROCESS_SUFFIX] and info["hz"] == 50
+    assert info["files"] == [host + THREADS_SUFFIX, host + PROCESS_SUFFIX,
+                             host + OTHERS_SUFFIX] and info["hz"] == 50
     assert info["start_unix_ns"] <= out["on"]["start"] and info["end_unix_ns"] >= out["on"]["end"]
     assert not [p for p in (tmp_path / "on").iterdir() if p.name.startswith(".")]  # scratch gone
     off = Path(out["off"]["run_dir"])

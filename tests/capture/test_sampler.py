@@ -14,12 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from recadvisor.capture.cpu_limits import affinity_cpus, cgroup_cpu_quota
-from recadvisor.capture.layout import PROCESS_SUFFIX, THREADS_SUFFIX
+from recadvisor.capture.layout import OTHERS_SUFFIX, PROCESS_SUFFIX, THREADS_SUFFIX
 from recadvisor.capture.sampler import (
     CLK_TCK,
     FLOOR_HZ,
     Sampler,
     SamplerProcess,
+    parse_proc_entry,
     parse_proc_io,
     parse_proc_stat_cpu,
     parse_task_stat,
@@ -116,6 +117,15 @@ def test_parse_rejects_garbage():
             parse_task_stat(bad)
 
 
+def test_parse_another_processs_entry():
+    e = parse_proc_entry(PROCESS_LINE)
+    assert (e.pid, e.name, e.ppid, e.cpu_ticks, e.start_ticks) == (6961, "python", 6960,
+                                                                   970 + 148, 1732920)
+    assert parse_proc_entry(PAREN_LINE).name == "a) (b"
+    with pytest.raises(ValueError):
+        parse_proc_entry(b"6961 (python) R 6960")
+
+
 def test_parse_io_and_proc_stat():
     assert parse_proc_io(IO_TEXT) == (318390272, 0, 319325628)
     cpu = parse_proc_stat_cpu(PROC_STAT_TEXT)
@@ -177,8 +187,17 @@ def target(tmp_path):
         p.wait()
 
 
+def _sample_for(pid: int, seconds: float, hz: float, out) -> None:
+    """Sample `pid` for `seconds` at `hz` (no CPU budget) and write the files into `out` as
+    host "h"."""
+    s = Sampler(pid, hz=hz, cpu_budget=None).start()
+    time.sleep(seconds)
+    s.stop()
+    s.write(*sampler_paths(out, "h"))
+
+
 def _read(tmp_path, host="h"):
-    threads, process = sampler_paths(tmp_path, host)
+    threads, process, _ = sampler_paths(tmp_path, host)
     return pq.read_table(threads), pq.read_table(process)
 
 
@@ -190,7 +209,8 @@ def test_sampler_thread_records_every_thread_at_the_rate(target, tmp_path):
     t1 = time.time_ns()
     s.stop()
     paths = s.write(*sampler_paths(tmp_path, "h"))
-    assert [x.name for x in paths] == ["h" + THREADS_SUFFIX, "h" + PROCESS_SUFFIX]
+    assert [x.name for x in paths] == ["h" + THREADS_SUFFIX, "h" + PROCESS_SUFFIX,
+                                       "h" + OTHERS_SUFFIX]
     assert not [x for x in tmp_path.iterdir() if x.name.startswith(".")]  # no temp files left
     threads, process = _read(tmp_path)
     assert threads.column_names[:8] == THREAD_COLUMNS
@@ -237,10 +257,7 @@ def test_bytes_read_from_the_page_cache_count_in_rchar(tmp_path):
                          text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
-        s = Sampler(p.pid, hz=20, cpu_budget=None).start()
-        time.sleep(1.0)
-        s.stop()
-        s.write(*sampler_paths(tmp_path, "h"))
+        _sample_for(p.pid, 1.0, 20, tmp_path)
     finally:
         p.kill()
         p.wait()
@@ -304,14 +321,15 @@ def test_no_such_process():
 def test_sampler_process_writes_on_stop_and_on_sigint(target, tmp_path):
     p = target()
     paths = sampler_paths(tmp_path / "a", "h")
-    sp = SamplerProcess(p.pid, *paths, hz=50).start()
+    threads, process, others = paths
+    sp = SamplerProcess(p.pid, threads, process, hz=50, others_path=others).start()
     time.sleep(0.5)
     result = sp.stop()
     assert result is not None, sp.error
     assert result["samples"] >= 20 and result["pid"] == p.pid and result["cpu_s"] > 0
     assert all(x.exists() for x in paths)
     # Ctrl-C (SIGINT) also flushes what was sampled.
-    paths = sampler_paths(tmp_path / "b", "h")
+    paths = sampler_paths(tmp_path / "b", "h")[:2]  # no others file asked for: none written
     sp = SamplerProcess(p.pid, *paths, hz=50).start()
     time.sleep(0.5)
     sp.proc.send_signal(signal.SIGINT)
@@ -319,6 +337,7 @@ def test_sampler_process_writes_on_stop_and_on_sigint(target, tmp_path):
     assert sp.proc.returncode == 0
     assert json.loads(out.strip().splitlines()[-1])["samples"] >= 20
     assert pq.read_table(paths[1]).num_rows >= 20
+    assert sorted(x.name for x in (tmp_path / "b").iterdir()) == sorted(x.name for x in paths)
 
 
 DIRECT_READER = textwrap.dedent(
@@ -388,3 +407,56 @@ def test_a_thread_blocked_on_storage_is_sampled_in_d_state(tmp_path):
     if d_share == 0:
         pytest.skip("storage answered every O_DIRECT read without a sampled D state (too fast)")
     assert d_share > 0.05, reader.state.value_counts()
+
+
+SPIN = ("import sys, time\nend = time.time() + float(sys.argv[1])\n"
+        "while time.time() < end:\n    pass\n")
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1], "30", sys.argv[2]])
+    print("ready", flush=True)
+    time.sleep(30)
+""")
+
+
+def test_the_other_processes_cpu_is_scanned_with_the_jobs_own_children_told_apart(tmp_path):
+    """The sampled process has a spinning child (the job's own: a data loader worker); another
+    process spins beside it. Both are scanned about once a second with their command lines and
+    parents, and the sampler's own process is named."""
+    tag = f"{tmp_path.name}-spin"  # this run's processes, not another's
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, SPIN, f"child-{tag}"],
+                              stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", SPIN, "30", f"other-{tag}"])
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        _sample_for(parent.pid, 2.3, 50, tmp_path)
+    finally:
+        procs = [*psutil.Process(parent.pid).children(), parent, other]
+        for p in procs:
+            p.kill()
+        for p in procs:  # the parent first reaps its child
+            p.wait()
+    df = pq.read_table(tmp_path / ("h" + OTHERS_SUFFIX)).to_pandas()
+    assert (df.sampled_pid == parent.pid).all() and (df.sampler_pid == os.getpid()).all()
+    assert parent.pid not in set(df.pid)  # its own CPU is in the process file
+    scans = sorted(df.ts_ns.unique())
+    # About once a second, and at the last sweep (stopped 2.3 s in).
+    assert len(scans) == 4 and 0.9e9 <= scans[1] - scans[0] <= 1.5e9, scans
+    first = df[df.ts_ns == scans[0]]
+    assert not first.duplicated(["pid", "start_ticks"]).any()
+    spinners = df[df.cmd.str.endswith(tag)]
+    child = spinners[spinners.cmd.str.endswith(f"child-{tag}")]
+    assert set(child.ppid) == {parent.pid}
+    assert set(spinners[spinners.cmd.str.endswith(f"other-{tag}")].pid) == {other.pid}
+    for pid in set(spinners.pid):
+        # A row at every scan (its CPU moved), 0.5-1 core each second on 2 CPUs; its command
+        # line read from the second scan on.
+        rows = df[df.pid == pid]
+        assert len(rows) == 4 and rows.cpu_s.is_monotonic_increasing
+        assert rows.cmd.iloc[0] == "" and set(rows.cmd.iloc[1:]) == {rows.cmd.iloc[1]} != {""}
+        cores = (rows.cpu_s.iloc[-1] - rows.cpu_s.iloc[0]) / ((rows.ts_ns.iloc[-1]
+                                                               - rows.ts_ns.iloc[0]) / 1e9)
+        assert cores > 0.3, cores
+    # Processes whose CPU did not move after the first scan have no later row.
+    later = df[df.ts_ns > scans[0]]
+    assert len(later) < len(first)
