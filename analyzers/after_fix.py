@@ -38,7 +38,7 @@ MIN_SHARE = 0.005
 # Categories of the projected breakdown shown in the text from this share.
 MIN_BREAKDOWN_SHARE = 0.01
 # Findings whose fix speeds up the step's CPU work as a whole.
-WHOLE_CPU = ("cpu_throttling", "idle_cores")
+WHOLE_CPU = ("cpu_throttling", "cpu_contention", "idle_cores")
 _FAMILY_OF = {fid: family for family, ids in FAMILIES.items() for fid in ids}
 
 

@@ -26,7 +26,7 @@ from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
 from analyzers.findings import MAX_SAVING, SEVERITIES, Finding, Skipped, speedup_text
 from analyzers.ingest.logdir import RunData, gpu_model, load_run
-from analyzers.signals.cpu_competition import cpu_share
+from analyzers.signals.cpu_competition import MIN_INTERVALS, cpu_share, other_processes
 
 SCHEMA_VERSION = 1
 # Traced against untraced median step time outside these bounds gets a warning: the profiler
@@ -101,14 +101,20 @@ class Report:
     def machine_warnings(self) -> list[str]:
         """Other processes sharing the machine's CPUs over the whole window (OS sampler): every
         step time and share in the report includes that sharing (docs/trace-signals.md, "Stalls
-        the sampler explains")."""
+        the sampler explains"). Not beside `cpu_contention`, which says so with its estimate."""
         ctx = self.ctx
-        if not ctx.steps.found:
+        if not ctx.steps.found or any(f.id == "cpu_contention" for f in self.findings):
             return []
         share = cpu_share(ctx, np.ones(ctx.n_steps, dtype=bool))
-        if share is None or share.others_cores < SHARED_CORES or not share.full:
+        if share is None or share.intervals < MIN_INTERVALS:
             return []
-        return [f"other processes on the machine used {share.others_cores:.1f} of its "
+        # The job's own child processes (data loader workers) and the sampler are not others,
+        # where the sampler's scans of the processes tell them apart.
+        named = other_processes(ctx)
+        others = share.others_cores - (named.own_cores + named.sampler_cores if named else 0.0)
+        if others < SHARED_CORES or not share.full:
+            return []
+        return [f"other processes on the machine used {others:.1f} of its "
                 f"{ctx.n_cpus} cores over the steps, and {share.idle_cores:.1f} sat idle (the "
                 f"process {share.process_cores:.1f}): every step time here includes sharing "
                 "the CPUs with them (other jobs, another process's data loaders, agents); "

@@ -25,6 +25,7 @@ DETECTOR_IDS = (
     "dstate_threads",
     "idle_cores",
     "cpu_throttling",
+    "cpu_contention",
     "kernel_launch_overhead",
     "no_mixed_precision",
     "eager_execution",

@@ -35,7 +35,7 @@ MIN_PERIOD_SHARE = 0.2
 # it over), with nothing to gain from more.
 MIN_EXCESS_DEMAND = 0.5
 # Breakdown categories that are CPU work on the host: what the quota slows.
-_HOST_SIDE = ("host_compute", "framework", "python_other", "convert", "launch", "gil_wait")
+HOST_SIDE = ("host_compute", "framework", "python_other", "convert", "launch", "gil_wait")
 
 
 def detect(ctx: Context) -> Finding | Skipped | None:
@@ -47,7 +47,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         return None
     c = max(t.process_cores, 1e-9)
     extra = max(0.0, min(t.demand - c, t.machine_idle))
-    f = sum(ctx.fractions.get(k, 0.0) for k in _HOST_SIDE)
+    f = sum(ctx.fractions.get(k, 0.0) for k in HOST_SIDE)
     saving = f * extra / (c + extra)
     quota = f"{t.quota:g}"
     evidence = [

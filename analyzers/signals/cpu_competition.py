@@ -5,7 +5,8 @@ A step in which the same ops simply ran longer says nothing in the trace; the sa
 process table does, per interval between sweeps (`cpu_percent`: the process;
 `system_cpu_percent`: the whole machine; the quota group's `cpu_periods` and
 `cpu_throttled_periods`). step_stalls asks it of its stalled steps against the typical ones
-(docs/trace-signals.md, "Stalls the sampler explains").
+(docs/trace-signals.md, "Stalls the sampler explains"); cpu_contention of the typical steps
+alone, with the threads the process kept runnable there ("Other processes on the cores").
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analyzers.context import Context
-from analyzers.signals.os_sampler import sweep_intervals
+from analyzers.signals.os_sampler import sweep_intervals, threads_in_steps
 
 # Fewer idle cores than this on average: the machine was full (whoever held the cores).
 FULL_IDLE_CORES = 0.5
+# Fewer sampler intervals than this say nothing of the cores over a span: the kernel counts
+# CPU time in 10 ms ticks, so over 20 ms intervals the machine's busy share moves in quarters
+# of 2 cores (a 0.2 s window of a PyDataset job read 1.2 cores of "others" from 2 intervals
+# where the sampler's scans found no other process using CPU).
+MIN_INTERVALS = 10
 
 
 @dataclass
@@ -62,3 +69,89 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
     return CpuShare(intervals=int(use.sum()), process_cores=float(process),
                     others_cores=max(0.0, float(busy - process)),
                     idle_cores=max(0.0, float(n_cpus - busy)), throttled_share=throttled)
+
+
+def runnable_threads(ctx: Context, steps: np.ndarray) -> float | None:
+    """The process's threads in state R per sampler sweep, over the sweeps inside the steps
+    flagged in `steps`: a thread waiting for a core is in R as well as one running, so beyond
+    the cores the process got it is what it wanted and did not get. None without sampler thread
+    rows of one process, or without a sweep there."""
+    th = threads_in_steps(ctx)
+    if th is None or th.empty or ("pid" in th and th["pid"].nunique() > 1):
+        return None
+    sweep_ts, sweep_of = np.unique(th["ts_ns"].to_numpy(np.int64), return_inverse=True)
+    t = np.zeros(len(sweep_ts), np.int64)
+    t[sweep_of] = th["t_ns"].to_numpy(np.int64)
+    running = np.bincount(sweep_of, weights=(th["state"].astype(str) == "R").to_numpy(),
+                          minlength=len(t))
+    row = ctx.steps.row_at(t)
+    use = (row >= 0) & steps[np.maximum(row, 0)]
+    return float(running[use].mean()) if use.any() else None
+
+
+@dataclass
+class OtherProcess:
+    what: str  # its command line (its name when the sampler read none)
+    pids: list[int]  # the processes of that command
+    cores: float  # mean cores they used over the span
+    own: bool  # descendants of the sampled process: the job's own (data loader workers...)
+
+
+@dataclass
+class OtherProcesses:
+    processes: list[OtherProcess]  # busiest first, the sampler's own process left out
+    span_s: float  # between the two scans the cores are taken over
+    sampler_cores: float  # the sampler's own process (1% of the machine, by its budget)
+
+    @property
+    def own_cores(self) -> float:
+        return sum(x.cores for x in self.processes if x.own)
+
+
+def other_processes(ctx: Context) -> OtherProcesses | None:
+    """The machine's other processes by the cores they used from the last scan at or before
+    the steps begin to the first at or after they end (the sampler scans them about once a
+    second, and at its last sweep), grouped by command line. None without the sampler's scans
+    of them (captures before 2026-11-30) or without two scans around the steps."""
+    o, t = ctx.sampler_others, ctx.steps.table
+    if o is None or o.empty or t.empty:
+        return None
+    scans = np.unique(o["t_ns"].to_numpy(np.int64))
+    lo_ns, hi_ns = int(t["start_ns"].min()), int(t["end_ns"].max())
+    lo = scans[max(0, np.searchsorted(scans, lo_ns, side="right") - 1)]
+    hi = scans[min(len(scans) - 1, np.searchsorted(scans, hi_ns, side="left"))]
+    if hi <= lo:
+        return None
+    o = o.sort_values("t_ns", kind="stable")
+    key = ["pid", "start_ticks"]
+    # A process's cumulative CPU at a scan is its last row at or before it; one with no row by
+    # `lo` started after it.
+    end = o[o["t_ns"] <= hi].groupby(key).last()
+    start = o[o["t_ns"] <= lo].groupby(key)["cpu_s"].last()
+    used = (end["cpu_s"] - start.reindex(end.index).fillna(0.0)).clip(lower=0.0)
+    span_s = (hi - lo) / 1e9
+    sampled, sampler = int(o["sampled_pid"].iloc[0]), int(o["sampler_pid"].iloc[0])
+    parent = dict(zip(end.index.get_level_values("pid").tolist(), end["ppid"].tolist(),
+                      strict=True))
+    rows, sampler_cores = [], 0.0
+    for (pid, _), cpu, cmd, name in zip(end.index, used.to_numpy(), end["cmd"].astype(str),
+                                        end["name"].astype(str), strict=True):
+        if pid == sampler:
+            sampler_cores += cpu / span_s
+        elif cpu > 0:
+            rows.append((cmd or name, pid, cpu / span_s, _descends(pid, sampled, parent)))
+    df = pd.DataFrame(rows, columns=["what", "pid", "cores", "own"])
+    out = [OtherProcess(what=str(w), pids=sorted(g["pid"].tolist()),
+                        cores=float(g["cores"].sum()), own=bool(own))
+           for (w, own), g in df.groupby(["what", "own"], sort=False)]
+    return OtherProcesses(sorted(out, key=lambda x: -x.cores), span_s, sampler_cores)
+
+
+def _descends(pid: int, ancestor: int, parent: dict[int, int]) -> bool:
+    seen = set()
+    while pid in parent and pid not in seen:
+        seen.add(pid)
+        pid = parent[pid]
+        if pid == ancestor:
+            return True
+    return False

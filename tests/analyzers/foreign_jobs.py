@@ -113,7 +113,9 @@ MODE:
 - `pydataset` / `pydataset_threads` / `pydataset_processes`: Keras fit of a 64-256-1 MLP on a
   Keras 3 `PyDataset` whose `__getitem__` builds each batch of 256 rows one example at a time
   in NumPy (~4 ms a batch): one worker (Keras adds a tf.data prefetch), 4 worker threads, or 4
-  worker processes (Keras' own queue, no tf.data prefetch).
+  worker processes (Keras' own queue, no tf.data prefetch). `pydataset_processes_unprofiled`:
+  the last without profiler calls, for `recadvisor capture` (the workers are the job's own
+  child processes).
 - `session_per_example` / `session_batched`: a TF1-style graph-mode loop (`tf.compat.v1.Session`,
   `disable_eager_execution`) training a 64-256-256-1 MLP with `tf.compat.v1.train.AdamOptimizer`
   from a one-shot iterator over 16,384 `tf.train.Example` records: one example per record, parsed
@@ -1333,8 +1335,11 @@ elif mode.startswith("pydataset"):
         def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
             return rows_in_a_loop(i)
     workers = {"pydataset": {}, "pydataset_threads": {"workers": 4},
-               "pydataset_processes": {"workers": 4, "use_multiprocessing": True}}[mode]
-    fit_timed(mlp(64, 256), Batches(**workers), timed=150, then=20)
+               "pydataset_processes": {"workers": 4, "use_multiprocessing": True},
+               "pydataset_processes_unprofiled": {"workers": 4, "use_multiprocessing": True},
+               }[mode]
+    fit_timed(mlp(64, 256), Batches(**workers), timed=150, then=20,
+              profile=not mode.endswith("_unprofiled"))
 elif mode.startswith("session_"):
     tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1

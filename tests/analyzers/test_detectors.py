@@ -2062,6 +2062,15 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     assert f.numbers["cause"] is None and f.severity == "low"
 
 
+def test_other_processes_in_the_stalls_alone_are_no_cpu_contention(tmp_path):
+    """Other processes took the cores in the stalls only (64% of the window's time), while two
+    more threads stayed runnable throughout: step_stalls' finding; cpu_contention reads the
+    typical steps, which had the machine to themselves."""
+    f = _stalls_the_sampler_explains(tmp_path, others=1.5, throttled=None, busy_threads=2)
+    assert f.numbers["cause"] == "contention"
+    assert "cpu_contention" not in by_id(analyze(tmp_path))
+
+
 def test_stalls_while_the_quota_ran_out_are_throttling(tmp_path):
     f = _stalls_the_sampler_explains(tmp_path / "quota", others=0.0, throttled=True)
     assert f.numbers["cause"] == "throttled" and "the CPU quota ran out" in f.title

@@ -476,6 +476,20 @@ def _captured(tmp_path: Path, mode: str, steps: int, cpus: set[int] | None = Non
     return out
 
 
+@contextlib.contextmanager
+def _neighbour(burst_ms: int, period_ms: int, seconds: int, n: int, **popen):
+    """Another workload for the block's time: `cpu_hog.py`'s `n` processes spinning `burst_ms`
+    every `period_ms`, killed as a group at its end (`popen` must give them a group of their
+    own: `process_group=0` or `start_new_session=True`)."""
+    hog = subprocess.Popen([sys.executable, str(HERE / "cpu_hog.py"), str(burst_ms),
+                            str(period_ms), str(seconds), str(n)], **popen)
+    try:
+        yield
+    finally:
+        os.killpg(hog.pid, signal.SIGKILL)
+        hog.wait()
+
+
 def test_captured_stalls_beside_another_workload_are_named(tmp_path):
     """The Keras job beside processes that spin 200 ms every 700 ms, twice as many as the CPUs:
     the steps in their bursts stall (2.1-3.6x the median here, in groups of three) with the
@@ -484,18 +498,31 @@ def test_captured_stalls_beside_another_workload_are_named(tmp_path):
     n = 2 * len(os.sched_getaffinity(0))
     # A process group of its own, to be killed whole, in this session: with the kernel's
     # autogroups a new session's processes would share one fair slice of the CPUs between them.
-    hog = subprocess.Popen([sys.executable, str(HERE / "cpu_hog.py"), "200", "700", "40",
-                            str(n)], process_group=0)
-    try:
+    with _neighbour(200, 700, 40, n, process_group=0):
         report = analyze(_captured(tmp_path, "steady", 80))
-    finally:
-        os.killpg(hog.pid, signal.SIGKILL)
-        hog.wait()
     f = {f.id: f for f in report.findings}.get("step_stalls")
     if f is None:
         pytest.skip("the neighbour's bursts stalled no step to 2x the median on this machine")
     assert f.numbers["cause"] == "contention", f.evidence
     assert f.severity in ("medium", "high") and "other processes took" in " ".join(f.evidence)
+
+
+def test_captured_neighbour_all_along_is_cpu_contention(tmp_path):
+    """The Keras job with TF's pools (2 threads runnable on 2 CPUs) beside as many processes
+    spinning throughout, in a session of their own (another job on the host): every step about
+    1.9x slower (39.4 ms alone, 74.4-77.1 ms beside them; estimated 2.02-2.07x), no stall; the
+    spinners are named. The same job alone has no such finding
+    (test_captured_thread_pools_of_one_thread_leave_cores_idle)."""
+    if usable_cpus(os.getpid()) < 2:
+        pytest.skip("needs two usable CPUs (affinity and cgroup quota)")
+    with _neighbour(1000, 1000, 90, len(os.sched_getaffinity(0)), start_new_session=True):
+        report = analyze(_captured(tmp_path, "pools_default", 30))
+    f = {f.id: f for f in report.findings}.get("cpu_contention")
+    assert f is not None and f.severity in ("medium", "high"), report.findings
+    assert f.numbers["others_cores"] > 0.5 and f.numbers["own_children_cores"] == 0.0
+    assert "cpu_hog.py" in f.numbers["busiest_others"][0]["command"], f.evidence
+    # The finding says what the warning would.
+    assert not any("other processes on the machine" in w for w in report.to_dict()["warnings"])
 
 
 def test_captured_cpu_quota_below_the_pools_is_cpu_throttling(tmp_path):
@@ -544,7 +571,8 @@ def test_captured_thread_pools_of_one_thread_leave_cores_idle(tmp_path):
     for found in (analyze(_captured(tmp_path, "pools_default", 30)),
                   analyze(_captured(tmp_path, "pools_default", 30, cpus={usable[0]},
                                     name="pinned"))):
-        assert "idle_cores" not in {g.id for g in found.findings}, found.findings
+        assert not {"idle_cores", "cpu_contention"} & {g.id for g in found.findings}, (
+            found.findings)
     assert found.ctx.usable_cpus == 1
 
 

@@ -334,7 +334,8 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
                   rchar_mb_per_s: float | None = None, host: str = "host",
                   machine_percent: float | None = None, affinity_cpus: int | None = None,
                   cpu_quota: float | None = None, throttled: float = 0.0,
-                  process_columns: dict | None = None) -> None:
+                  process_columns: dict | None = None,
+                  others: list[tuple[int, int, str, float]] | None = None) -> None:
     """Sampler files of `host` in the layout of recadvisor/capture/layout.py; `threads` has
     t_ms, tid, name, state, user_s, system_s; the process reads `read_mb_per_s` from the device,
     and `rchar_mb_per_s` through read calls (no `rchar_bytes` column when None, as before
@@ -342,7 +343,11 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     `cpu_percent` alone when None). `affinity_cpus` and `cpu_quota` (cores) are the process's
     limits (no columns when both are None, as before 2026-11-29); with a quota, the group is
     throttled in `throttled` of its 100 ms periods, stopped for half of each on every CPU.
-    `process_columns` replaces process-table columns with values per sweep (in time order)."""
+    `process_columns` replaces process-table columns with values per sweep (in time order).
+    `others`: the machine's other processes as (pid, ppid, command, cores), each using that many
+    cores from the first sweep on, scanned every second (the sampler's own process, pid 999, at
+    0.1 core: 1% of a 10-core machine);
+    no others file when None."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -370,6 +375,13 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     for col, values in (process_columns or {}).items():
         process[col] = values
     process.to_parquet(run_dir / f"{host}.process.parquet")
+    if others is not None:
+        scans = np.arange(ts[0], ts[-1] + 2 * 10**9, 10**9)
+        rows = [{"ts_ns": int(t), "pid": pid, "ppid": ppid, "name": cmd.split()[0],
+                 "cmd": cmd, "cpu_s": cores * (t - ts[0]) / 1e9, "start_ticks": 7,
+                 "sampled_pid": 100, "sampler_pid": 999}
+                for t in scans for pid, ppid, cmd, cores in [*others, (999, 1, "sampler", 0.1)]]
+        pd.DataFrame(rows).to_parquet(run_dir / f"{host}.others.parquet")
 
 
 def sweeps(step_ms: float, wait_ms: float, input_running: int, *, model_running: bool = True,
