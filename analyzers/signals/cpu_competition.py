@@ -36,6 +36,9 @@ class CpuShare:
     idle_cores: float  # mean idle cores of the machine
     throttled_share: float | None  # of the quota's periods over them, the share it ran out in
     # (None without a quota or its counters)
+    # mean cores of the process's children that exited and were waited for over them (their
+    # CPU lands in the parent's cutime then; 0 without the column, recorded since 2026-11-30)
+    reaped_children_cores: float = 0.0
 
     @property
     def full(self) -> bool:
@@ -57,6 +60,11 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
     if not use.any():
         return None
     process = p["cpu_percent"].to_numpy(np.float64)[1:][use].mean() / 100
+    reaped = 0.0
+    if "children_s" in p:
+        dt = np.diff(p["t_ns"].to_numpy(np.int64)) / 1e9
+        grew = np.diff(p["children_s"].to_numpy(np.float64))
+        reaped = float(grew[use].sum() / dt[use].sum()) if dt[use].sum() > 0 else 0.0
     busy = p["system_cpu_percent"].to_numpy(np.float64)[1:][use].mean() / 100 * n_cpus
     throttled = None
     if {"cpu_quota", "cpu_periods", "cpu_throttled_periods"} <= set(p) and (
@@ -68,7 +76,8 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
             throttled = float(stopped[counted].sum()) / float(periods[counted].sum())
     return CpuShare(intervals=int(use.sum()), process_cores=float(process),
                     others_cores=max(0.0, float(busy - process)),
-                    idle_cores=max(0.0, float(n_cpus - busy)), throttled_share=throttled)
+                    idle_cores=max(0.0, float(n_cpus - busy)), throttled_share=throttled,
+                    reaped_children_cores=max(0.0, reaped))
 
 
 def runnable_threads(ctx: Context, steps: np.ndarray) -> float | None:

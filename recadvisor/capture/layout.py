@@ -23,6 +23,9 @@ Sampler files are Parquet, one row per sample:
   quota in cores, -1 without one), and the quota group's cumulative `cpu.stat` counters
   `cpu_periods`, `cpu_throttled_periods` int64 and `cpu_throttled_s` float64 (throttled time
   summed over the CPUs the group was stopped on; -1 without a quota or when unreadable).
+  Since 2026-11-30: `children_s` float64 (cumulative CPU seconds of the process's children that
+  exited and were waited for: /proc/<pid>/stat cutime + cstime; live children's CPU is in the
+  others file).
 - `<host>.others.parquet` (since 2026-11-30; absent before) — the machine's other processes,
   scanned about once a second: a row per process whose CPU moved since the scan before (every
   process at the first scan): `ts_ns` int64, `pid`, `ppid` int32, `name` string (comm), `cmd`

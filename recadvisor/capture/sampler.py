@@ -65,6 +65,7 @@ class TaskStat(NamedTuple):
     state: str  # field 3: R, S, D, Z, T, t, X, I, ...
     utime_ticks: int  # field 14, clock ticks
     stime_ticks: int  # field 15
+    children_ticks: int  # fields 16 + 17, cutime + cstime: CPU of its children once reaped
     num_threads: int  # field 20
     rss_pages: int  # field 24
     blkio_ticks: int  # field 42, delayacct_blkio_ticks (0 when delay accounting is off)
@@ -87,6 +88,7 @@ def parse_task_stat(text: bytes | str) -> TaskStat:
         state=rest[0].decode(),
         utime_ticks=int(rest[11]),
         stime_ticks=int(rest[12]),
+        children_ticks=int(rest[13]) + int(rest[14]),
         num_threads=int(rest[17]),
         rss_pages=int(rest[21]),
         # Field 42 exists since Linux 2.6.18; older or truncated lines count as "not accounted".
@@ -308,7 +310,7 @@ class Sampler:
             prows.append(
                 (ts, proc.utime_ticks, proc.stime_ticks, proc.rss_pages * PAGE_SIZE, rd, wr,
                  proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks, rchar,
-                 periods, throttled, throttled_us)
+                 periods, throttled, throttled_us, proc.children_ticks)
             )  # fmt: skip
         self._raw.clear()
 
@@ -431,8 +433,9 @@ class Sampler:
             }
         )
         m = len(self._prows)
-        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 14)
-        ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar, periods, throttled, thr_us = p.T
+        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 15)
+        (ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar, periods, throttled, thr_us,
+         children) = p.T
         cpu_pct = np.zeros(m)
         sys_pct = np.zeros(m)
         if m > 1:
@@ -466,6 +469,7 @@ class Sampler:
                 "cpu_periods": pa.array(periods, pa.int64()),
                 "cpu_throttled_periods": pa.array(throttled, pa.int64()),
                 "cpu_throttled_s": pa.array(np.where(thr_us >= 0, thr_us / 1e6, -1.0)),
+                "children_s": pa.array(children / CLK_TCK),
             }
         )
         return threads, process
@@ -569,8 +573,8 @@ def sampler_paths(directory: Path, host: str) -> tuple[Path, Path, Path]:
     """`<dir>/<host>.threads.parquet`, `<dir>/<host>.process.parquet`,
     `<dir>/<host>.others.parquet`."""
     d = Path(directory)
-    return tuple(d / f"{host}{suffix}" for suffix in (THREADS_SUFFIX, PROCESS_SUFFIX,
-                                                      OTHERS_SUFFIX))
+    return (d / f"{host}{THREADS_SUFFIX}", d / f"{host}{PROCESS_SUFFIX}",
+            d / f"{host}{OTHERS_SUFFIX}")
 
 
 class SamplerProcess:

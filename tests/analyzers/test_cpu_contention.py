@@ -3,6 +3,7 @@ cores a process with two runnable threads wanted, and the cases where they take 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -173,6 +174,30 @@ def test_the_jobs_own_child_processes_are_not_others(tmp_path):
     assert f.numbers["others_cores"] == pytest.approx(0.5, abs=0.01)
     assert f.numbers["own_children_cores"] == pytest.approx(0.4, abs=0.01)
     assert "`backup` (pid 500)" in f.evidence[3] and "own child processes" in f.evidence[3]
+
+
+def test_beside_the_jobs_own_children_only_scanned_others_count(tmp_path):
+    # A worker process of the job's own at 0.3 core by the scans, the machine full: the counters
+    # leave 0.6 core to "others", but no other process was scanned using CPU (a data loader's
+    # work follows the step's phases, which scans a second apart cannot place).
+    _, run = host_trace(tmp_path, steps=20, wait_ms=0)
+    write_sampler(run, two_runnable(20), n_cpus=2, cpu_percent=100, machine_percent=100,
+                  others=[(400, 100, "python3 worker", 0.3)])
+    assert contention(run) is None
+
+
+def test_children_that_exited_count_as_the_jobs_own(tmp_path):
+    # Short-lived children, gone before any scan: their CPU (0.9 core over the steps) lands in
+    # the process's cutime, the sampler's children_s.
+    _, run = host_trace(tmp_path, steps=20, wait_ms=0)
+    th = two_runnable(20)
+    secs = np.sort(th["t_ms"].unique()) / 1000
+    write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=[],
+                  process_columns={"children_s": 0.9 * secs})
+    assert contention(run) is None
+    write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=[],
+                  process_columns={"children_s": 0.0 * secs})
+    assert isinstance(contention(run), Finding)
 
 
 def test_others_out_of_the_samplers_view(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 
 from analyzers.report import analyze
 from analyzers.signals.batches import batches_per_step
+from analyzers.signals.cpu_competition import other_processes
 from analyzers.signals.input_pipeline import analyze_input_pipeline, file_opens
 from analyzers.signals.os_sampler import io_threads
 from recadvisor.capture.cpu_limits import usable_cpus
@@ -510,7 +511,7 @@ def test_captured_stalls_beside_another_workload_are_named(tmp_path):
 def test_captured_neighbour_all_along_is_cpu_contention(tmp_path):
     """The Keras job with TF's pools (2 threads runnable on 2 CPUs) beside as many processes
     spinning throughout, in a session of their own (another job on the host): every step about
-    1.9x slower (39.4 ms alone, 74.4-77.1 ms beside them; estimated 2.02-2.07x), no stall; the
+    1.9x slower (39.4 ms alone, 74.4-77.1 ms beside them; estimated 1.99-2.04x), no stall; the
     spinners are named. The same job alone has no such finding
     (test_captured_thread_pools_of_one_thread_leave_cores_idle)."""
     if usable_cpus(os.getpid()) < 2:
@@ -522,6 +523,20 @@ def test_captured_neighbour_all_along_is_cpu_contention(tmp_path):
     assert f.numbers["others_cores"] > 0.5 and f.numbers["own_children_cores"] == 0.0
     assert "cpu_hog.py" in f.numbers["busiest_others"][0]["command"], f.evidence
     # The finding says what the warning would.
+    assert not any("other processes on the machine" in w for w in report.to_dict()["warnings"])
+
+
+def test_captured_data_loader_processes_are_the_jobs_own(tmp_path):
+    """A Keras PyDataset with 4 worker processes under capture: the sampler's scans of the other
+    processes find the workers as children of the profiled one (the job's own, 0.32 cores in a
+    recorded run), so their CPU is neither another job's contention nor a machine warning."""
+    report = analyze(_captured(tmp_path, "pydataset_processes_unprofiled", 120))
+    named = other_processes(report.ctx)
+    assert named is not None
+    own = [x for x in named.processes if x.own]
+    assert len(own) == 1 and len(own[0].pids) >= 4 and own[0].cores > 0.05, named
+    assert "pydataset_processes_unprofiled" in own[0].what
+    assert "cpu_contention" not in {f.id for f in report.findings}
     assert not any("other processes on the machine" in w for w in report.to_dict()["warnings"])
 
 

@@ -196,6 +196,19 @@ def _sample_for(pid: int, seconds: float, hz: float, out) -> None:
     s.write(*sampler_paths(out, "h"))
 
 
+def _sample_script(out, seconds: float, hz: float, code: str, *args: str):
+    """Run `code` (it prints "ready" when set up) with `args`, sample it as `_sample_for` does
+    and return its process table."""
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        _sample_for(p.pid, seconds, hz, out)
+    finally:
+        p.kill()
+        p.wait()
+    return _read(out)[1].to_pandas()
+
+
 def _read(tmp_path, host="h"):
     threads, process, _ = sampler_paths(tmp_path, host)
     return pq.read_table(threads), pq.read_table(process)
@@ -253,15 +266,7 @@ def test_bytes_read_from_the_page_cache_count_in_rchar(tmp_path):
     code = ("import sys, time\nprint('ready', flush=True)\nt = time.time()\n"
             "while time.time() - t < 30:\n    open(sys.argv[1], 'rb').read()\n"
             "    time.sleep(0.05)\n")
-    p = subprocess.Popen([sys.executable, "-c", code, str(data)], stdout=subprocess.PIPE,
-                         text=True)
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        _sample_for(p.pid, 1.0, 20, tmp_path)
-    finally:
-        p.kill()
-        p.wait()
-    pr = _read(tmp_path)[1].to_pandas()
+    pr = _sample_script(tmp_path, 1.0, 20, code, str(data))
     assert str(_read(tmp_path)[1].schema.field("rchar_bytes").type) == "int64"
     assert pr.rchar_bytes.is_monotonic_increasing
     # ~20 re-reads of 4 MB in 1 s; at least a few whatever the machine's load
@@ -460,3 +465,20 @@ def test_the_other_processes_cpu_is_scanned_with_the_jobs_own_children_told_apar
     # Processes whose CPU did not move after the first scan have no later row.
     later = df[df.ts_ns > scans[0]]
     assert len(later) < len(first)
+
+
+REAPER = textwrap.dedent("""
+    import subprocess, sys, time
+    print("ready", flush=True)
+    end = time.time() + 30
+    while time.time() < end:  # children that spin 0.2 s each, then exit and are waited for
+        subprocess.run([sys.executable, "-c", sys.argv[1], "0.2"])
+""")
+
+
+def test_children_that_exit_are_counted_in_the_processs_children_cpu(tmp_path):
+    """Children that live 0.2 s, between two scans of the other processes: their CPU shows in
+    the sampled process's `children_s` (cutime + cstime) once it waits for them."""
+    pr = _sample_script(tmp_path, 1.5, 50, REAPER, SPIN)
+    grew = pr.children_s.iloc[-1] - pr.children_s.iloc[0]
+    assert pr.children_s.is_monotonic_increasing and grew > 0.3, grew
