@@ -26,7 +26,12 @@ from analyzers.context import Context
 from analyzers.detectors import detectors, run_detector
 from analyzers.findings import MAX_SAVING, SEVERITIES, Finding, Skipped, speedup_text
 from analyzers.ingest.logdir import RunData, gpu_model, load_run
-from analyzers.signals.cpu_competition import MIN_INTERVALS, cpu_share, other_processes
+from analyzers.signals.cpu_competition import (
+    MIN_INTERVALS,
+    cpu_share,
+    other_processes,
+    others_cores,
+)
 
 SCHEMA_VERSION = 1
 # Traced against untraced median step time outside these bounds gets a warning: the profiler
@@ -111,7 +116,7 @@ class Report:
         # The job's own child processes (data loader workers) and the sampler are not others,
         # where the sampler's scans of the processes tell them apart.
         named = other_processes(ctx)
-        others = share.others_cores - (named.own_cores + named.sampler_cores if named else 0.0)
+        others = share.others_cores if named is None else others_cores(share, named)
         if others < SHARED_CORES or not share.full:
             return []
         return [f"other processes on the machine used {others:.1f} of its "

@@ -35,6 +35,7 @@ from analyzers.signals.cpu_competition import (
     OtherProcesses,
     cpu_share,
     other_processes,
+    others_cores,
     runnable_threads,
 )
 from analyzers.signals.os_sampler import NO_SAMPLER
@@ -74,20 +75,12 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         return Skipped(ID, "the sampler data does not say which processes used the cores "
                            "(recorded before 2026-11-30): the job's own child processes cannot "
                            "be told from other jobs; capture it again")
-    # The job's own child processes are its work, not a neighbour's (live ones from the scans,
-    # exited ones from the process's cutime); the sampler is ours.
+    # The job's own child processes are its work, not a neighbour's; the sampler is ours.
     own = named.own_cores + share.reaped_children_cores
-    counted = share.others_cores - own - named.sampler_cores
     scanned = sum(x.cores for x in named.processes if not x.own)
-    if own > 0:
-        # Children's work follows the step's phases, which scans a second apart cannot place:
-        # a PyDataset's 4 workers left 0.55 cores of "others" over the typical steps beyond
-        # their mean, with no other process scanned using CPU. The scans then say what others
-        # used (a neighbour out of their view is missed).
-        counted = min(counted, scanned)
     # Other processes may run on the CPUs outside the job's affinity first: only what does not
     # fit there took the job's.
-    others = max(0.0, counted - (n_cpus - affinity))
+    others = max(0.0, others_cores(share, named) - (n_cpus - affinity))
     want = min(runnable, usable)
     extra = max(0.0, min(want - c, others))
     if not share.full or extra < MIN_DEFICIT or c <= 0:

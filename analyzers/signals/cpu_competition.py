@@ -156,6 +156,21 @@ def other_processes(ctx: Context) -> OtherProcesses | None:
     return OtherProcesses(sorted(out, key=lambda x: -x.cores), span_s, sampler_cores)
 
 
+def others_cores(share: CpuShare, named: OtherProcesses) -> float:
+    """The cores other processes used over `share`'s intervals: the machine's busy ones less
+    the process's, its own children's (live ones from the scans, exited ones from its cutime)
+    and the sampler's. Beside children of its own, no more than the scans found other
+    processes using: a data loader's work follows the step's phases, which scans a second apart
+    cannot place (a PyDataset's 4 workers left 0.55 cores of "others" over the typical steps
+    beyond their mean, with no other process scanned using CPU); a neighbour out of the scans'
+    view is then missed."""
+    own = named.own_cores + share.reaped_children_cores
+    counted = share.others_cores - own - named.sampler_cores
+    if own > 0:
+        counted = min(counted, sum(x.cores for x in named.processes if not x.own))
+    return max(0.0, counted)
+
+
 def _descends(pid: int, ancestor: int, parent: dict[int, int]) -> bool:
     seen = set()
     while pid in parent and pid not in seen:

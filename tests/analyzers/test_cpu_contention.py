@@ -184,6 +184,7 @@ def test_beside_the_jobs_own_children_only_scanned_others_count(tmp_path):
     write_sampler(run, two_runnable(20), n_cpus=2, cpu_percent=100, machine_percent=100,
                   others=[(400, 100, "python3 worker", 0.3)])
     assert contention(run) is None
+    assert not machine_warning(run)  # nor do they make a warning
 
 
 def test_children_that_exited_count_as_the_jobs_own(tmp_path):
@@ -195,6 +196,7 @@ def test_children_that_exited_count_as_the_jobs_own(tmp_path):
     write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=[],
                   process_columns={"children_s": 0.9 * secs})
     assert contention(run) is None
+    assert not machine_warning(run)
     write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=[],
                   process_columns={"children_s": 0.0 * secs})
     assert isinstance(contention(run), Finding)
