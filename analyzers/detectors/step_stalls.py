@@ -23,10 +23,11 @@ iterator's warm-up and the first call's compilation land there). What the stall 
    sampler data the main thread's states tell CPU work from a wait or file I/O);
 3. events typical steps do not have at all ran there (other periodic work, named);
 4. otherwise the same events ran longer: the trace cannot say why. With sampler data, other
-   processes taking the machine's cores, or the cgroup's CPU quota running out, in the stalled
-   steps and not in the typical ones, is the cause (signals/cpu_competition.py), here and for
-   untraced time (2), where a thread waiting for a core looks like Python work; without either
-   the finding stays `low`.
+   processes taking the machine's cores (not the job's own children: exited ones by its
+   cutime, live ones unless the sampler's scans found other processes using CPU), or the
+   cgroup's CPU quota running out, in the stalled steps and not in the typical ones, is the
+   cause (signals/cpu_competition.py), here and for untraced time (2), where a thread waiting
+   for a core looks like Python work; without either the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing; compiling: xla_recompilation) is shown `low`
 for its pattern, at 1.0x. A single stall whose work no event names (cause 2) is shown `low`
@@ -62,7 +63,7 @@ from analyzers.detectors import (
 )
 from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.cpu_competition import CpuShare, cpu_share
+from analyzers.signals.cpu_competition import CpuShare, cpu_share, other_processes
 from analyzers.signals.executions import PREFIX as EAGER_PREFIX
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
@@ -181,6 +182,9 @@ _REMEDIES = {
 # out in at least MIN_THROTTLED of the stalled steps' periods, MIN_MORE_THROTTLED more than in
 # the typical steps': it stopped the job (docs/trace-signals.md, "Stalls the sampler explains").
 MIN_TAKEN_CORES = 0.5
+# Beside the job's own children, other processes must have used this many cores over the
+# scans' span for the counters' "others" to be theirs (idle machines' agents: 0.01-0.03).
+SCANNED_OTHERS_CORES = 0.1
 MIN_THROTTLED = 0.5
 MIN_MORE_THROTTLED = 0.3
 # The main thread's sampler states in the stalled steps: this many samples say something, and
@@ -416,11 +420,24 @@ def _taken(ctx: Context, stalled: np.ndarray, typical: np.ndarray) -> tuple[str,
         return "throttled", (
             f"{line}: the cgroup's CPU quota ran out in {got.throttled_share:.0%} of its periods "
             f"then, against {base.throttled_share or 0.0:.0%} in typical steps")
-    if got.others_cores - base.others_cores >= MIN_TAKEN_CORES and got.full:
-        return "contention", (f"{line}: other processes took "
-                              f"{got.others_cores - base.others_cores:.1f} more cores then, "
+    # The job's own children that exited count from its cutime, interval by interval.
+    more = ((got.others_cores - got.reaped_children_cores)
+            - (base.others_cores - base.reaped_children_cores))
+    if more >= MIN_TAKEN_CORES and got.full and _neighbours_seen(ctx):
+        return "contention", (f"{line}: other processes took {more:.1f} more cores then, "
                               "with the machine full")
     return None
+
+
+def _neighbours_seen(ctx: Context) -> bool:
+    """Whether the cores the machine's counters give to other processes can be theirs: beside
+    the job's own live children (data loader workers, which work while its steps wait for
+    them) only when the sampler's scans found other processes using CPU (SCANNED_OTHERS_CORES);
+    true where the scans were not taken."""
+    named = other_processes(ctx)
+    if named is None or named.own_cores <= 0:
+        return True
+    return sum(x.cores for x in named.processes if not x.own) >= SCANNED_OTHERS_CORES
 
 
 def _cores_line(x: CpuShare) -> str:

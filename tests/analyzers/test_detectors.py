@@ -2012,13 +2012,17 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
 
 
 def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None,
-                                 busy_threads: int = 0, untraced: bool = False):
+                                 busy_threads: int = 0, untraced: bool = False,
+                                 scanned: list | None = None, reaped: bool = False):
     """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
     longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
     quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
     gets 0.5 core while other processes take `others` cores, and the quota runs out in every
     period that starts there when `throttled`. `busy_threads` more threads are always runnable.
-    With `untraced` the long steps' time is not covered by any event (no longer matmul)."""
+    With `untraced` the long steps' time is not covered by any event (no longer matmul).
+    `scanned`: the sampler's scans of the other processes (write_sampler's `others`); with
+    `reaped` the others' cores in the stalls are the job's children that exited (its
+    `children_s`)."""
     durations = _every(5, 100.0)
 
     def longer(main, comp, t0, i, dur):
@@ -2034,13 +2038,16 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
     process = np.where(stall, 50.0, 100.0)
     machine = (process + 100 * np.where(stall, others, 0.0)) / 2
     columns = {"cpu_percent": process, "system_cpu_percent": np.minimum(machine, 100.0)}
+    if reaped:
+        # Each sweep's interval (5 ms) at `others` cores in the stalls.
+        columns["children_s"] = np.cumsum(np.where(stall, others * 0.005, 0.0))
     if throttled is not None:
         periods = (t // 100).astype("int64")
         first = np.diff(periods, prepend=-1) > 0  # the sweep that sees a period begin
         columns["cpu_periods"] = periods
         columns["cpu_throttled_periods"] = np.cumsum(first & stall & throttled).astype("int64")
     write_sampler(run, rows, n_cpus=2, cpu_quota=1.0 if throttled is not None else None,
-                  process_columns=columns)
+                  process_columns=columns, others=scanned)
     return by_id(analyze(run))["step_stalls"]
 
 
@@ -2057,6 +2064,19 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     f = _stalls_the_sampler_explains(tmp_path / "gap_alone", others=0.0, throttled=None,
                                      untraced=True)
     assert f.numbers["cause"] == "python_other", f.evidence
+    # The job's own data loader process beside it, and no other process scanned using CPU:
+    # the cores the counters give to others in the stalls are its workers'.
+    f = _stalls_the_sampler_explains(tmp_path / "own", others=1.5, throttled=None,
+                                     scanned=[(400, 100, "python3 worker", 0.6)])
+    assert f.numbers["cause"] != "contention", f.evidence
+    f = _stalls_the_sampler_explains(tmp_path / "both", others=1.5, throttled=None,
+                                     scanned=[(400, 100, "python3 worker", 0.3),
+                                              (500, 1, "backup", 0.5)])
+    assert f.numbers["cause"] == "contention", f.evidence
+    # Children that exited did that work (the job's cutime grew by it): its own.
+    f = _stalls_the_sampler_explains(tmp_path / "reaped", others=1.5, throttled=None,
+                                     reaped=True)
+    assert f.numbers["cause"] != "contention", f.evidence
     # The same stalls with the other core free: nothing took it, the trace cannot say why.
     f = _stalls_the_sampler_explains(tmp_path / "idle", others=0.0, throttled=None)
     assert f.numbers["cause"] is None and f.severity == "low"
