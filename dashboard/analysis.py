@@ -16,6 +16,7 @@ import pandas as pd
 
 from analyzers.events import EndTimes, with_end
 from analyzers.report import Report, analyze
+from analyzers.signals import cpu_competition
 from analyzers.steps import ALL_CATEGORIES
 
 MAX_TIMELINE_EVENTS = 4000  # per step; the longest are kept, the page says how many were left
@@ -146,6 +147,18 @@ def _thread_states(th: pd.DataFrame) -> pd.DataFrame:
     out.columns.name = None
     out["t_ms"] = out["t_ns"] / 1e6
     return out.drop(columns="t_ns")
+
+
+def other_processes(view: RunView, top: int = 10) -> pd.DataFrame | None:
+    """The machine's other processes over the steps, busiest first (the sampler's scans of them,
+    about once a second): command, how many processes, mean cores, whether they are the job's
+    own children. None without the scans (no sampler, or data from before 2026-11-30)."""
+    named = cpu_competition.other_processes(view.report.ctx)
+    if named is None:
+        return None
+    return pd.DataFrame([{"command": x.what, "processes": len(x.pids), "cores": round(x.cores, 3),
+                          "the job's own": x.own} for x in named.processes[:top]],
+                        columns=["command", "processes", "cores", "the job's own"])
 
 
 def process_cpu(view: RunView) -> pd.DataFrame | None:

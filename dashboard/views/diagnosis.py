@@ -126,3 +126,10 @@ else:
     st.plotly_chart(charts.thread_states(states, analysis.process_cpu(view)), key="threads")
     st.caption(f"{len(states)} sweeps; D = uninterruptible (usually I/O) sleep. Peak "
                f"{int(states['D'].max())} threads in D, {int(states['R'].max())} running.")
+    others = analysis.other_processes(view)
+    if others is not None:
+        st.subheader("Other processes on the machine")
+        st.dataframe(others, hide_index=True, width="stretch")
+        st.caption("Mean cores over the steps, from the sampler's scans of every process about "
+                   "once a second; the job's own are its child processes (data loader workers). "
+                   "`cpu_contention` reports the others when they took cores the job wanted.")

@@ -79,6 +79,11 @@ def test_diagnosis_shows_cards_charts_timeline_and_thread_states(monkeypatch, da
     step = at.selectbox(key="timeline_step")
     assert f"{step.value} (slowest)" in step.options, step.options
     assert "red: input waits" in text and "No OS sampler data" not in text
+    # The sampler's scans of the other processes: at least the test run's own pytest process.
+    assert "Other processes on the machine" in [h.value for h in at.subheader]
+    others = at.dataframe[-1].value
+    assert list(others.columns) == ["command", "processes", "cores", "the job's own"]
+    assert len(others) >= 1 and (others["cores"] > 0).all()
     # Another step re-renders the timeline.
     other = next(s for s in step.options if "slowest" not in s)
     at.selectbox(key="timeline_step").set_value(int(other)).run()
