@@ -220,6 +220,17 @@ def test_without_the_other_processes_scans_the_check_is_skipped(tmp_path):
     assert machine_warning(run)
 
 
+def test_an_unreadable_others_file_is_a_warning(tmp_path):
+    _, run = host_trace(tmp_path, steps=10, wait_ms=0)
+    write_sampler(run, two_runnable(), n_cpus=2, cpu_percent=100, machine_percent=100)
+    (run / "host.others.parquet").write_bytes(b"PAR1 truncated")
+    report = analyze(run)
+    assert any("host.others.parquet: unreadable sampler file" in w
+               for w in report.to_dict()["warnings"]), report.to_dict()["warnings"]
+    assert report.ctx.sampler_process is not None  # the other files still count
+    assert isinstance(contention(run), Skipped)
+
+
 def test_too_few_sampler_intervals_say_nothing(tmp_path):
     # A 0.1 s window (10 steps of 10 ms): 20 sweeps at 200 Hz, 8 inside the typical steps' ops.
     _, run = host_trace(tmp_path, steps=10, step_ms=10, wait_ms=0)
