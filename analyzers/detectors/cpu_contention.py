@@ -10,12 +10,13 @@ core). signals/cpu_competition.py; docs/trace-signals.md, "Other processes on th
 Over the typical steps (those under step_stalls' STALL_RATIO times the median: stalls are that
 detector's, which names other processes when they took the cores in the stalled steps only):
 C cores the process used, U the CPUs it may use (affinity capped by its cgroup quota), O the
-cores other processes used on those CPUs (the machine's busy cores less the process's, less any
-CPUs outside its affinity, which other processes may have filled first), R its runnable
-threads. A finding when the machine had fewer than cpu_competition.FULL_IDLE_CORES idle (none
-left to take) and the process wanted at least MIN_DEFICIT more cores than it got, of those the
-others held: E = min(R, U) - C, no more than O. A CPU quota that stopped the process is
-cpu_throttling's.
+cores other processes used on those CPUs (cpu_competition.others_cores: the machine's busy cores
+less the process's, its own children's and the sampler's, which the sampler's scans of every
+process tell apart; then less any CPUs outside its affinity, which other processes may have
+filled first), R its runnable threads. A finding when the machine had fewer than
+cpu_competition.FULL_IDLE_CORES idle (none left to take) and the process wanted at least
+MIN_DEFICIT more cores than it got, of those the others held: E = min(R, U) - C, no more than
+O. A CPU quota that stopped the process is cpu_throttling's.
 
 The estimate gives those E cores back to the host side of the step (its share f, as
 cpu_throttling counts it): f shrinks to f·C/(C + E). Perfect scaling, an upper bound on the
@@ -72,12 +73,11 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         # Its own child processes (data loader workers) count as other processes on the
         # machine's counters: a Keras PyDataset's 4 worker processes read as 0.95 cores of
         # "others" taken from it.
-        return Skipped(ID, "the sampler data does not say which processes used the cores "
-                           "(recorded before 2026-11-30): the job's own child processes cannot "
-                           "be told from other jobs; capture it again")
+        return Skipped(ID, "the sampler data has no scans of the other processes around the "
+                           "steps (recorded before 2026-11-30, or the sampler stopped early): "
+                           "the job's own child processes cannot be told from other jobs")
     # The job's own child processes are its work, not a neighbour's; the sampler is ours.
     own = named.own_cores + share.reaped_children_cores
-    scanned = sum(x.cores for x in named.processes if not x.own)
     # Other processes may run on the CPUs outside the job's affinity first: only what does not
     # fit there took the job's.
     others = max(0.0, others_cores(share, named) - (n_cpus - affinity))
@@ -114,7 +114,8 @@ def detect(ctx: Context) -> Finding | Skipped | None:
             "pools do not win the cores back: the job with one intra- and one inter-op thread "
             "ran 1.2-1.5x slower beside the same neighbour than with TF's own pools."),
         numbers={"process_cores": round(c, 3), "others_cores": round(others, 3),
-                 "own_children_cores": round(own, 3), "scanned_others_cores": round(scanned, 3),
+                 "own_children_cores": round(own, 3),
+                 "scanned_others_cores": round(named.scanned_others_cores, 3),
                  "sampler_cores": round(named.sampler_cores, 3),
                  "busiest_others": [{"command": x.what, "pids": x.pids[:8],
                                      "cores": round(x.cores, 3)}

@@ -437,7 +437,7 @@ def _neighbours_seen(ctx: Context) -> bool:
     named = other_processes(ctx)
     if named is None or named.own_cores <= 0:
         return True
-    return sum(x.cores for x in named.processes if not x.own) >= SCANNED_OTHERS_CORES
+    return named.scanned_others_cores >= SCANNED_OTHERS_CORES
 
 
 def _cores_line(x: CpuShare) -> str:

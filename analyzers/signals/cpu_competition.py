@@ -116,12 +116,21 @@ class OtherProcesses:
     def own_cores(self) -> float:
         return sum(x.cores for x in self.processes if x.own)
 
+    @property
+    def scanned_others_cores(self) -> float:
+        """What the scans found processes other than the job's own using."""
+        return sum(x.cores for x in self.processes if not x.own)
+
 
 def other_processes(ctx: Context) -> OtherProcesses | None:
     """The machine's other processes by the cores they used from the last scan at or before
     the steps begin to the first at or after they end (the sampler scans them about once a
     second, and at its last sweep), grouped by command line. None without the sampler's scans
     of them (captures before 2026-11-30) or without two scans around the steps."""
+    return ctx.memo("other_processes", lambda: _other_processes(ctx))
+
+
+def _other_processes(ctx: Context) -> OtherProcesses | None:
     o, t = ctx.sampler_others, ctx.steps.table
     if o is None or o.empty or t.empty:
         return None
@@ -167,7 +176,7 @@ def others_cores(share: CpuShare, named: OtherProcesses) -> float:
     own = named.own_cores + share.reaped_children_cores
     counted = share.others_cores - own - named.sampler_cores
     if own > 0:
-        counted = min(counted, sum(x.cores for x in named.processes if not x.own))
+        counted = min(counted, named.scanned_others_cores)
     return max(0.0, counted)
 
 

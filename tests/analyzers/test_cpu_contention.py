@@ -217,6 +217,7 @@ def test_without_the_other_processes_scans_the_check_is_skipped(tmp_path):
     write_any_sampler(run, two_runnable(), n_cpus=2, cpu_percent=100, machine_percent=100)
     s = contention(run)
     assert isinstance(s, Skipped) and "own child processes cannot be told" in s.reason
+    assert "no scans of the other processes" in s.reason
     assert machine_warning(run)
 
 

@@ -520,7 +520,9 @@ def test_captured_neighbour_all_along_is_cpu_contention(tmp_path):
         report = analyze(_captured(tmp_path, "pools_default", 30))
     f = {f.id: f for f in report.findings}.get("cpu_contention")
     assert f is not None and f.severity in ("medium", "high"), report.findings
-    assert f.numbers["others_cores"] > 0.5 and f.numbers["own_children_cores"] == 0.0
+    # How much a neighbour in another session takes moves within a window (0.52-1.05 cores
+    # here): the finding itself needs 0.3.
+    assert f.numbers["others_cores"] >= 0.3 and f.numbers["own_children_cores"] == 0.0
     assert "cpu_hog.py" in f.numbers["busiest_others"][0]["command"], f.evidence
     # The finding says what the warning would.
     assert not any("other processes on the machine" in w for w in report.to_dict()["warnings"])
