@@ -117,12 +117,13 @@ def test_a_quota_caps_what_the_job_may_want(tmp_path):
 
 
 def test_a_quota_that_stops_the_process_is_cpu_throttling(tmp_path):
-    # A 2-core quota on 4 CPUs, the machine full, the process stopped in 90% of its periods:
-    # the quota is what it runs into, cpu_throttling's finding.
+    # A 2-core quota on 4 CPUs, 4 threads runnable on 1.5 cores, the machine full, the process
+    # stopped in 90% of its periods: the quota is what it runs into, cpu_throttling's finding.
     _, run = host_trace(tmp_path, steps=10, wait_ms=0)
-    write_sampler(run, two_runnable(), n_cpus=4, cpu_percent=100, cpu_quota=2, throttled=0.9,
-                  machine_percent=100)
+    write_sampler(run, sweeps(100, 0, input_running=0, intra_op=3, steps=10), n_cpus=4,
+                  cpu_percent=150, cpu_quota=2, throttled=0.9, machine_percent=100)
     assert contention(run) is None
+    assert "cpu_throttling" in {f.id for f in analyze(run).findings}
 
 
 def test_the_processes_that_took_the_cores_are_named(tmp_path):
