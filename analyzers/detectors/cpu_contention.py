@@ -37,6 +37,7 @@ from analyzers.signals.cpu_competition import (
     cpu_share,
     other_processes,
     others_cores,
+    own_children_cores,
     runnable_threads,
 )
 from analyzers.signals.os_sampler import NO_SAMPLER
@@ -77,7 +78,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
                            "steps (recorded before 2026-11-30, or the sampler stopped early): "
                            "the job's own child processes cannot be told from other jobs")
     # The job's own child processes are its work, not a neighbour's; the sampler is ours.
-    own = named.own_cores + share.reaped_children_cores
+    own = own_children_cores(share, named)
     # Other processes may run on the CPUs outside the job's affinity first: only what does not
     # fit there took the job's.
     others = max(0.0, others_cores(share, named) - (n_cpus - affinity))

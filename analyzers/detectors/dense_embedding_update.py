@@ -40,7 +40,7 @@ from analyzers.detectors.debug_ops_in_step import SUMMARY_SCOPE
 from analyzers.events import cat_mask, is_device_plane
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
 from analyzers.signals.compiled import compiled_share
-from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS, dedup_sums
+from analyzers.signals.embedding_ops import OPTIMIZER_SCOPE, ROW_OPS, densifying
 from analyzers.steps import covered_ns
 
 ID = "dense_embedding_update"
@@ -167,8 +167,7 @@ def detect(ctx: Context) -> Finding | None:
     in_optimizer = (cat_mask(ops["name"], OPTIMIZER_SCOPE.search)
                     & ops["kind"].isin(_UPDATE_KINDS).to_numpy())
     lookup = cat_mask(ops["name"], _LOOKUP.search) & ~in_optimizer
-    dedup = dedup_sums(names)
-    densify = cat_mask(ops["name"], lambda n: DENSIFY.search(n) and n not in dedup) & in_optimizer
+    densify = densifying(ops["name"], names) & in_optimizer
     read = cat_mask(ops["name"], _READ.search)
     # A copy is a read of COPY_MIN_NS or more, judged per op name on the median, that most
     # steps make: a read in a few steps is periodic work (a TF1 Saver reads each variable,

@@ -51,7 +51,7 @@ import numpy as np
 from analyzers.context import Context
 from analyzers.events import RUN_GRAPH, cat_mask
 from analyzers.findings import Finding, heaviest_events, speedup_from_saving
-from analyzers.signals.embedding_ops import DENSIFY, OPTIMIZER_SCOPE, ROW_OPS, dedup_sums
+from analyzers.signals.embedding_ops import OPTIMIZER_SCOPE, ROW_OPS, dedup_sums, densifying
 from analyzers.signals.executions import executions
 from analyzers.steps import covered_during, covered_ns, covered_outside
 
@@ -131,8 +131,8 @@ def detect(ctx: Context) -> Finding | None:
     row_ns = covered_during(ss[rows], se[rows], rs, re_)
     all_ns = covered_during(ss, se, rs, re_)
     table_ns = all_ns - row_ns  # while only whole-variable ops run
-    densify_srv = int(_densifying(srv["name"]).sum())
-    own_densify = _densifying(own["name"])
+    densify_srv = int(densifying(srv["name"]).sum())
+    own_densify = densifying(own["name"])
     lone_densify = covered_outside(os_[own_densify], oe[own_densify], os_[~own_densify],
                                    oe[~own_densify]) / total
     tasks = ctx.host_tasks
@@ -214,15 +214,7 @@ def detect(ctx: Context) -> Finding | None:
 def _optimizer_densifies(names) -> bool:
     """An `UnsortedSegmentSum` under an optimizer's scope: Keras 3's Adam densifying a table's
     gradient (a model's own sums, a ragged reduction, are not an optimizer's)."""
-    return bool((_densifying(names) & cat_mask(names, OPTIMIZER_SCOPE.search)).any())
-
-
-def _densifying(names) -> np.ndarray:
-    """`UnsortedSegmentSum`s that make a table-sized tensor: not the sums of a sparse gradient's
-    duplicate rows that TF1's and Keras 2's sparse updates run first (`dedup_sums`; TF1's
-    `AdagradOptimizer` on a server: `Adagrad/update_t0/Unique`, `.../UnsortedSegmentSum`)."""
-    dedup = dedup_sums(str(n) for n in names.unique())
-    return cat_mask(names, lambda n: bool(DENSIFY.search(n)) and n not in dedup)
+    return bool((densifying(names) & cat_mask(names, OPTIMIZER_SCOPE.search)).any())
 
 
 def _row_ops(names) -> np.ndarray:

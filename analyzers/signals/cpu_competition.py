@@ -165,6 +165,12 @@ def _other_processes(ctx: Context) -> OtherProcesses | None:
     return OtherProcesses(sorted(out, key=lambda x: -x.cores), span_s, sampler_cores)
 
 
+def own_children_cores(share: CpuShare, named: OtherProcesses) -> float:
+    """The cores the job's own child processes used: live ones from the scans (over their
+    span), exited ones from the process's cutime (over `share`'s intervals)."""
+    return named.own_cores + share.reaped_children_cores
+
+
 def others_cores(share: CpuShare, named: OtherProcesses) -> float:
     """The cores other processes used over `share`'s intervals: the machine's busy ones less
     the process's, its own children's (live ones from the scans, exited ones from its cutime)
@@ -173,7 +179,7 @@ def others_cores(share: CpuShare, named: OtherProcesses) -> float:
     cannot place (a PyDataset's 4 workers left 0.55 cores of "others" over the typical steps
     beyond their mean, with no other process scanned using CPU); a neighbour out of the scans'
     view is then missed."""
-    own = named.own_cores + share.reaped_children_cores
+    own = own_children_cores(share, named)
     counted = share.others_cores - own - named.sampler_cores
     if own > 0:
         counted = min(counted, named.scanned_others_cores)

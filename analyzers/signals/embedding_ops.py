@@ -20,9 +20,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
-from analyzers.events import is_device_plane, op_type_of
+from analyzers.events import cat_mask, is_device_plane, op_type_of
 
 if TYPE_CHECKING:
     from analyzers.context import Context
@@ -50,6 +51,14 @@ def dedup_sums(names: Iterable[str]) -> set[str]:
     names = list(names)
     scopes = {n.rpartition("/")[0] for n in names if _UNIQUE.search(n)}
     return {n for n in names if DENSIFY.search(n) and n.rpartition("/")[0] in scopes}
+
+
+def densifying(col: pd.Series, names: Iterable[str] | None = None) -> np.ndarray:
+    """The rows of the categorical op-name column `col` that densify a gradient (DENSIFY), not
+    the duplicate-row sums `dedup_sums` finds among `names` (the column's own values unless
+    given: a detector that also reads compiled thunks as TF ops passes those)."""
+    dedup = dedup_sums(str(n) for n in (col.unique() if names is None else names))
+    return cat_mask(col, lambda n: bool(DENSIFY.search(n)) and n not in dedup)
 
 
 ANCHORS: dict[str, re.Pattern[str]] = {
