@@ -24,6 +24,9 @@ from recadvisor.capture.cpu_limits import usable_cpus
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
+# The jobs' environment: TF's info logs off, and foreign_jobs.py's untraced timing phases (the
+# docs' numbers) cut short: these tests read the profiles only.
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "FOREIGN_JOBS_SHORT": "1"}
 
 
 def windows(report) -> int:
@@ -32,9 +35,8 @@ def windows(report) -> int:
 
 
 def _keras(tmp_path: Path, mode: str) -> Path:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run([sys.executable, str(HERE / "keras_job.py"), str(tmp_path / mode), mode],
-                   check=True, timeout=300, env=env, capture_output=True)
+                   check=True, timeout=300, env=ENV, capture_output=True)
     return tmp_path / mode
 
 
@@ -66,9 +68,8 @@ def foreign(tmp_path_factory) -> Callable[[str], Path]:
 
     def run(mode: str) -> Path:
         if mode not in done:
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
             job = subprocess.run([sys.executable, str(HERE / "foreign_jobs.py"), str(root / mode),
-                                  mode], timeout=300, env=env, capture_output=True, text=True)
+                                  mode], timeout=300, env=ENV, capture_output=True, text=True)
             assert job.returncode == 0, f"{mode} failed:\n{job.stderr[-3000:]}"
             done[mode] = root / mode
         return done[mode]
@@ -443,11 +444,10 @@ def test_periodic_checkpoints_and_collections_are_step_stalls(foreign):
 def test_captured_stalls_say_what_the_main_thread_did(tmp_path, mode, label):
     """Under `recadvisor capture`, the sampler tells a garbage collection (the main thread on a
     CPU) from a wait (sleeping) where the trace has no event at all."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     subprocess.run([sys.executable, "-m", "recadvisor", "capture", "--logdir", str(tmp_path),
                     "--delay", "0", "--steps", "30", "--", sys.executable,
                     str(HERE / "foreign_jobs.py"), str(tmp_path / "unused"),
-                    f"periodic_{mode}_unprofiled"], check=True, timeout=300, env=env,
+                    f"periodic_{mode}_unprofiled"], check=True, timeout=300, env=ENV,
                    capture_output=True)
     report = analyze(tmp_path)
     assert report.run.threads is not None
@@ -460,7 +460,7 @@ def _captured(tmp_path: Path, mode: str, steps: int, cpus: set[int] | None = Non
     """`mode` of foreign_jobs.py run under `recadvisor capture` into tmp_path/`name` (the
     mode's name by default), pinned to `cpus` when given (as `taskset` would), in the cgroup
     directory `cgroup` when given."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "COLD_DIR": str(tmp_path)}
+    env = {**ENV, "COLD_DIR": str(tmp_path)}
     out = tmp_path / (name or mode)
 
     def place() -> None:
