@@ -26,14 +26,15 @@ Sampler files are Parquet, one row per sample:
   Since 2026-11-30: `children_s` float64 (cumulative CPU seconds of the process's children that
   exited and were waited for: /proc/<pid>/stat cutime + cstime; live children's CPU is in the
   others file).
-- `<host>.others.parquet` (since 2026-11-30; absent before) — the machine's other processes,
-  scanned about once a second: a row per process whose CPU moved since the scan before (every
-  process at the first scan): `ts_ns` int64, `pid`, `ppid` int32, `name` string (comm), `cmd`
-  string (its command line, 200 characters at most, read once its CPU moves after the first
-  scan; '' before that and for kernel threads), `cpu_s` float64 (cumulative user + system CPU
-  seconds), `start_ticks` int64 (its start in clock ticks after boot: with the pid, one
-  process), `sampled_pid` int32 (the process the other files sample: its descendants are the
-  job's own, data loader workers and such) and `sampler_pid` int32 (the sampler's process).
+- `<host>.others.parquet` (since 2026-11-30; absent before) — the machine's other processes, scanned
+  about once a second (less often where a scan would take more than half the sampler's CPU budget: a
+  host with thousands of processes) and at the first and last sweeps: a row per process whose CPU
+  moved since the scan before (every process at the first scan): `ts_ns` int64, `pid`, `ppid` int32,
+  `name` string (comm), `cmd` string (its command line, 200 characters at most, read once its CPU
+  moves after the first scan; '' before that and for kernel threads), `cpu_s` float64 (cumulative
+  user + system CPU seconds), `start_ticks` int64 (its start in clock ticks after boot: with the
+  pid, one process), `sampled_pid` int32 (the process the other files sample: its descendants are
+  the job's own, data loader workers and such) and `sampler_pid` int32 (the sampler's process).
 """
 
 THREADS_SUFFIX = ".threads.parquet"

@@ -10,7 +10,10 @@ read at offset 0), and parses the text later, in batches.
 
 About once a second a sweep also reads every other process's `/proc/<pid>/stat` (name, parent,
 cumulative CPU), keeping a row where a process's CPU moved: which processes took the machine's
-cores, and which of them are the job's own children (data loader workers), can then be told.
+cores, and which of them are the job's own children (data loader workers), can then be told. A
+scan costs ~10 us of CPU a process (the kernel writing the text), ~40 ms on a host with 4,000;
+where a scan a second would take more than half the sampler's CPU budget, the scans are spaced
+out to fit it (`bench/sampler_scan.py`).
 
 Rows are stamped with `time.time_ns()` (CLOCK_REALTIME), the clock of TF's xplane once its
 `profile_start_time` is added (docs/trace-signals.md, "Sampler"). Files and columns:
@@ -53,8 +56,11 @@ DEFAULT_CPU_BUDGET = 0.01
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _READ_SIZE = 4096
-# Seconds between scans of the other processes: ~1 ms a scan for 70 processes, ~10 ms for 1,000.
+# Seconds between scans of the other processes, at the least: ~1 ms a scan for 70 processes,
+# ~10 ms for 1,000. Scans may take this share of the sampler's CPU budget; beyond it they are
+# spaced out (the threads' sweeps, which the analyzers read at every step, keep the rest).
 OTHERS_EVERY_S = 1.0
+OTHERS_BUDGET_SHARE = 0.5
 
 
 class TaskStat(NamedTuple):
@@ -210,7 +216,15 @@ class Sampler:
         self._others: list[tuple[int, ProcEntry, str]] = []
         self._others_last: dict[tuple[int, int], int] = {}
         self._others_cmd: dict[tuple[int, int], str] = {}
+        # Each process's stat text at the last scan: an idle process's text repeats byte for
+        # byte, and is not parsed again.
+        self._others_text: dict[str, bytes] = {}
         self._others_due = 0
+        self.others_every_s = OTHERS_EVERY_S  # stretched when scans outgrow their budget share
+        self.others_scans = 0
+        self.others_cpu_s = 0.0  # CPU time of the scans (part of sweep_cpu_s)
+        self._scan_s = 0.0  # the CPU time of the last sweep's scan (0 when it had none)
+        self._scan_rate = 0.0  # CPU seconds a second the scans take, at the last one's cost
         self.gone = False  # the process exited
         self.late_sweeps = 0  # sweeps that started more than one period late
         self.sweep_cpu_s = 0.0  # CPU time of the sampling thread inside run()
@@ -253,9 +267,18 @@ class Sampler:
             with contextlib.suppress(OSError):
                 cg = os.pread(self._cg_fd, _READ_SIZE, 0)
         self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0), cg))
+        self._scan_s = 0.0
         if ts >= self._others_due:
+            c0 = time.thread_time()
             self._scan_others(ts)
-            self._others_due = ts + int(OTHERS_EVERY_S * 1e9)
+            self._scan_s = cost = time.thread_time() - c0
+            self.others_scans += 1
+            self.others_cpu_s += cost
+            budget = (self.cpu_budget or 0.0) * self.n_cpus * OTHERS_BUDGET_SHARE
+            if budget > 0:
+                self.others_every_s = max(OTHERS_EVERY_S, cost / budget)
+            self._scan_rate = cost / self.others_every_s
+            self._others_due = ts + int(self.others_every_s * 1e9)
         if len(self._raw) >= self._compact_every:
             self._compact()
         return True
@@ -319,7 +342,11 @@ class Sampler:
         every process), with its command line read once it does (Python processes are all
         `python3` by name)."""
         last, cmds, first = self._others_last, self._others_cmd, not self._others_last
-        for line in _other_stats(self.pid):
+        before, texts = self._others_text, {}
+        for entry, line in _other_stats(self.pid):
+            texts[entry] = line
+            if before.get(entry) == line:
+                continue
             try:
                 e = parse_proc_entry(line)
             except ValueError:
@@ -331,6 +358,7 @@ class Sampler:
             if not first and key not in cmds:
                 cmds[key] = _command_line(e.pid)
             self._others.append((ts, e, cmds.get(key, "")))
+        self._others_text = texts
 
     def run(self, stop: threading.Event) -> None:
         """Sweep every 1/hz s until `stop` is set or the process exits; one last sweep after
@@ -339,7 +367,10 @@ class Sampler:
 
         CPU budget: the sampler's own CPU time per sweep (the /proc reads, parsing, the timer
         wake-up) is tracked; when `hz` sweeps a second would cost more than `cpu_budget` of the
-        machine (all cores), the period is stretched to fit, down to `FLOOR_HZ` at the lowest.
+        machine (all cores), less what the other processes' scans take, the period is stretched
+        to fit, down to `FLOOR_HZ` at the lowest. The scans are spaced out to take no more than
+        `OTHERS_BUDGET_SHARE` of the budget (`sample`), and their cost is left out of the
+        sweeps': a long scan once a second would otherwise slow every sweep after it.
         """
         c0 = time.thread_time()
         base = 1.0 / self.hz
@@ -353,10 +384,11 @@ class Sampler:
             if not self.sample():
                 break
             cpu_now = time.thread_time()
-            cost = (cpu_now - cpu_prev) if not cost else 0.9 * cost + 0.1 * (cpu_now - cpu_prev)
+            spent = cpu_now - cpu_prev - self._scan_s
+            cost = spent if not cost else 0.9 * cost + 0.1 * spent
             cpu_prev = cpu_now
             if budget:
-                period = min(longest, max(base, cost / budget))
+                period = min(longest, max(base, cost / (budget - self._scan_rate)))
             due += period
             now = time.monotonic()
             if now > due + period:
@@ -528,18 +560,33 @@ class Sampler:
             "late_sweeps": self.late_sweeps,
             "sweep_cpu_s": round(self.sweep_cpu_s, 4),
             "cpu_budget": self.cpu_budget,
+            # The other processes' scans: how many, their CPU (within sweep_cpu_s) and the last
+            # interval between them (over 1 s where a scan outgrew its budget share).
+            "others_scans": self.others_scans,
+            "others_cpu_s": round(self.others_cpu_s, 4),
+            "others_every_s": round(self.others_every_s, 3),
             "delay_accounting": delay_accounting_enabled(),
         }
 
 
-def _other_stats(pid: int) -> list[bytes]:
-    """The stat lines of every process but `pid` (one that exits meanwhile is skipped)."""
+def _other_stats(pid: int) -> list[tuple[str, bytes]]:
+    """(pid, stat line) of every process but `pid` (one that exits meanwhile is skipped). Bare
+    os.open/os.read: Python's buffered file objects cost half as much again as the kernel's
+    work for these small files."""
     lines = []
     own = str(pid)
     for entry in os.listdir("/proc"):
         if entry.isdigit() and entry != own:
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat", "rb") as f:
-                lines.append(f.read())
+            try:
+                fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                lines.append((entry, os.read(fd, _READ_SIZE)))
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
     return lines
 
 

@@ -18,6 +18,7 @@ from recadvisor.capture.layout import OTHERS_SUFFIX, PROCESS_SUFFIX, THREADS_SUF
 from recadvisor.capture.sampler import (
     CLK_TCK,
     FLOOR_HZ,
+    OTHERS_EVERY_S,
     Sampler,
     SamplerProcess,
     parse_proc_entry,
@@ -285,6 +286,44 @@ def test_cpu_budget_slows_the_sampler_but_not_below_the_floor(target):
     s.stop()
     summary = s.summary()
     assert summary["achieved_hz"] >= 40 and summary["cpu_budget"] == 0.5
+
+
+def test_scans_of_the_other_processes_are_spaced_out_to_fit_their_budget(target, tmp_path):
+    """On a host with thousands of processes a scan costs tens of ms (bench/sampler_scan.py):
+    the scans are spaced out to take no more than their share of the sampler's CPU budget, and
+    the first and last sweeps still scan (a window lies between two scans)."""
+    p = target()
+    s = Sampler(p.pid, hz=50, cpu_budget=1e-5).start()  # no scan a second fits
+    time.sleep(2.3)
+    s.stop()
+    s.write(*sampler_paths(tmp_path, "h"))
+    assert s.others_scans == 2 and s.others_every_s > 2.3, (s.others_scans, s.others_every_s)
+    df = pq.read_table(tmp_path / ("h" + OTHERS_SUFFIX)).to_pandas()
+    assert df.ts_ns.nunique() == 2
+    s = Sampler(p.pid, hz=50, cpu_budget=0.5).start()  # scans fit: about once a second
+    time.sleep(1.3)
+    s.stop()
+    assert s.others_scans == 3 and s.others_every_s == OTHERS_EVERY_S
+
+
+def test_a_costly_scan_does_not_slow_the_sweeps_after_it(target, monkeypatch):
+    """Scans of 60 ms of CPU within their budget share (one every 1.2 s): the sweeps, which
+    alone fit the rate asked for, keep it. Counted into the sweeps' cost, each scan would slow
+    the next second's sweeps toward the floor rate."""
+    scan = Sampler._scan_others
+
+    def costly(self, ts):
+        scan(self, ts)
+        end = time.thread_time() + 0.06
+        while time.thread_time() < end:
+            pass
+    monkeypatch.setattr(Sampler, "_scan_others", costly)
+    p = target()
+    s = Sampler(p.pid, hz=50, cpu_budget=0.1 / (os.cpu_count() or 1)).start()
+    time.sleep(3.0)
+    s.stop()
+    assert s.others_every_s > 1.0 and s.others_scans >= 3, s.others_every_s
+    assert s.summary()["achieved_hz"] >= 40, s.summary()
 
 
 def test_sampler_stops_when_the_process_exits(target, tmp_path):
