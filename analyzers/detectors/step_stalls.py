@@ -24,10 +24,11 @@ iterator's warm-up and the first call's compilation land there). What the stall 
 3. events typical steps do not have at all ran there (other periodic work, named);
 4. otherwise the same events ran longer: the trace cannot say why. With sampler data, other
    processes taking the machine's cores (not the job's own children: exited ones by its
-   cutime, live ones unless the sampler's scans found other processes using CPU), or the
-   cgroup's CPU quota running out, in the stalled steps and not in the typical ones, is the
-   cause (signals/cpu_competition.py), here and for untraced time (2), where a thread waiting
-   for a core looks like Python work; without either the finding stays `low`.
+   cutime, live ones as the sampler read them at every sweep, or in older data unless its
+   scans found other processes using CPU), or the cgroup's CPU quota running out, in the
+   stalled steps and not in the typical ones, is the cause (signals/cpu_competition.py), here
+   and for untraced time (2), where a thread waiting for a core looks like Python work; without
+   either the finding stays `low`.
 A stall whose time another finding already estimates (an input wait: io_stall or
 input_preprocessing; tracing: function_retracing; compiling: xla_recompilation) is shown `low`
 for its pattern, at 1.0x. A single stall whose work no event names (cause 2) is shown `low`
@@ -420,20 +421,22 @@ def _taken(ctx: Context, stalled: np.ndarray, typical: np.ndarray) -> tuple[str,
         return "throttled", (
             f"{line}: the cgroup's CPU quota ran out in {got.throttled_share:.0%} of its periods "
             f"then, against {base.throttled_share or 0.0:.0%} in typical steps")
-    # The job's own children that exited count from its cutime, interval by interval.
-    more = ((got.others_cores - got.reaped_children_cores)
-            - (base.others_cores - base.reaped_children_cores))
-    if more >= MIN_TAKEN_CORES and got.full and _neighbours_seen(ctx):
+    # The job's own children count interval by interval: exited ones from its cutime, live
+    # ones as the sampler read them at every sweep (since 2026-11-30).
+    more = got.neighbour_cores - base.neighbour_cores
+    if more >= MIN_TAKEN_CORES and got.full and (
+            got.live_children_cores is not None or _neighbours_seen(ctx)):
         return "contention", (f"{line}: other processes took {more:.1f} more cores then, "
                               "with the machine full")
     return None
 
 
 def _neighbours_seen(ctx: Context) -> bool:
-    """Whether the cores the machine's counters give to other processes can be theirs: beside
-    the job's own live children (data loader workers, which work while its steps wait for
-    them) only when the sampler's scans found other processes using CPU (SCANNED_OTHERS_CORES);
-    true where the scans were not taken."""
+    """In data whose live children only the scans saw (before 2026-11-30), whether the cores the
+    machine's counters give to other processes can be theirs: beside the job's own live
+    children (data loader workers, which work while its steps wait for them) only when the
+    scans found other processes using CPU (SCANNED_OTHERS_CORES); true where the scans were
+    not taken."""
     named = other_processes(ctx)
     if named is None or named.own_cores <= 0:
         return True

@@ -26,6 +26,11 @@ FULL_IDLE_CORES = 0.5
 # of 2 cores (a 0.2 s window of a PyDataset job read 1.2 cores of "others" from 2 intervals
 # where the sampler's scans found no other process using CPU).
 MIN_INTERVALS = 10
+# The job's own children's work the sampler's sweeps did not read, beyond which the counters'
+# "others" are capped at what the scans found other processes using (others_cores): that work
+# cannot be placed in the steps (a PyDataset's per-fit workers, found by the last scan only,
+# left 0.70 cores unread and 1.0 core of "others" over the typical steps, the job alone).
+UNPLACED_CORES = 0.05
 
 
 @dataclass
@@ -39,10 +44,26 @@ class CpuShare:
     # mean cores of the process's children that exited and were waited for over them (their
     # CPU lands in the parent's cutime then; 0 without the column, recorded since 2026-11-30)
     reaped_children_cores: float = 0.0
+    # mean cores of its live descendants, which the sampler reads at every sweep once a scan
+    # found them (None without the column, recorded since 2026-11-30). One reaped in an interval
+    # leaves this sum then and lands in the cutime whole: only the two together are its CPU.
+    live_children_cores: float | None = None
 
     @property
     def full(self) -> bool:
         return self.idle_cores < FULL_IDLE_CORES
+
+    @property
+    def own_children_cores(self) -> float:
+        """The job's own child processes' cores, interval by interval: exited ones and, where
+        the sampler read them at every sweep, live ones."""
+        return max(0.0, self.reaped_children_cores + (self.live_children_cores or 0.0))
+
+    @property
+    def neighbour_cores(self) -> float:
+        """The other processes' cores less the job's own children's placed interval by
+        interval (the sampler's own process is still in it)."""
+        return max(0.0, self.others_cores - self.own_children_cores)
 
 
 def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
@@ -60,11 +81,12 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
     if not use.any():
         return None
     process = p["cpu_percent"].to_numpy(np.float64)[1:][use].mean() / 100
-    reaped = 0.0
-    if "children_s" in p:
-        dt = np.diff(p["t_ns"].to_numpy(np.int64)) / 1e9
-        grew = np.diff(p["children_s"].to_numpy(np.float64))
-        reaped = float(grew[use].sum() / dt[use].sum()) if dt[use].sum() > 0 else 0.0
+    dt = np.diff(p["t_ns"].to_numpy(np.int64))[use].sum() / 1e9
+
+    def grew(column: str) -> float:
+        return float(np.diff(p[column].to_numpy(np.float64))[use].sum() / dt) if dt > 0 else 0.0
+    reaped = grew("children_s") if "children_s" in p else 0.0
+    live = grew("live_children_s") if "live_children_s" in p else None
     busy = p["system_cpu_percent"].to_numpy(np.float64)[1:][use].mean() / 100 * n_cpus
     throttled = None
     if {"cpu_quota", "cpu_periods", "cpu_throttled_periods"} <= set(p) and (
@@ -77,7 +99,7 @@ def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
     return CpuShare(intervals=int(use.sum()), process_cores=float(process),
                     others_cores=max(0.0, float(busy - process)),
                     idle_cores=max(0.0, float(n_cpus - busy)), throttled_share=throttled,
-                    reaped_children_cores=max(0.0, reaped))
+                    reaped_children_cores=max(0.0, reaped), live_children_cores=live)
 
 
 def runnable_threads(ctx: Context, steps: np.ndarray) -> float | None:
@@ -111,10 +133,21 @@ class OtherProcesses:
     processes: list[OtherProcess]  # busiest first, the sampler's own process left out
     span_s: float  # between the two scans the cores are taken over
     sampler_cores: float  # the sampler's own process (1% of the machine, by its budget)
+    # Of the job's own children's cores over the span, those the sampler's sweeps read (its
+    # live_children_s; None in data without it)
+    placed_own_cores: float | None = None
 
     @property
     def own_cores(self) -> float:
         return sum(x.cores for x in self.processes if x.own)
+
+    @property
+    def unplaced_own_cores(self) -> float:
+        """The job's own children's cores over the span the sweeps did not read: children the
+        scans found too late for a sweep to read (a Keras PyDataset starts new worker processes
+        each fit() call; a pool's workers found only by the last scan) or not alive at any."""
+        placed = self.placed_own_cores if self.placed_own_cores is not None else 0.0
+        return max(0.0, self.own_cores - placed)
 
     @property
     def scanned_others_cores(self) -> float:
@@ -162,26 +195,49 @@ def _other_processes(ctx: Context) -> OtherProcesses | None:
     out = [OtherProcess(what=str(w), pids=sorted(g["pid"].tolist()),
                         cores=float(g["cores"].sum()), own=bool(own))
            for (w, own), g in df.groupby(["what", "own"], sort=False)]
-    return OtherProcesses(sorted(out, key=lambda x: -x.cores), span_s, sampler_cores)
+    return OtherProcesses(sorted(out, key=lambda x: -x.cores), span_s, sampler_cores,
+                          _placed_between(ctx.sampler_process, lo, hi))
+
+
+def _placed_between(p: pd.DataFrame | None, lo: int, hi: int) -> float | None:
+    """Mean cores of the job's live children the sampler's sweeps read between `lo` and `hi`
+    (its live_children_s at the last sweep at or before each); None without the column."""
+    if p is None or "live_children_s" not in p or p.empty:
+        return None
+    t = p["t_ns"].to_numpy(np.int64)
+    live = p["live_children_s"].to_numpy(np.float64)
+    order = np.argsort(t, kind="stable")
+    t, live = t[order], live[order]
+    at = np.searchsorted(t, [lo, hi], side="right") - 1
+    start = live[at[0]] if at[0] >= 0 else 0.0
+    end = live[at[1]] if at[1] >= 0 else 0.0
+    return max(0.0, float(end - start)) / ((hi - lo) / 1e9)
 
 
 def own_children_cores(share: CpuShare, named: OtherProcesses) -> float:
-    """The cores the job's own child processes used: live ones from the scans (over their
-    span), exited ones from the process's cutime (over `share`'s intervals)."""
+    """The cores the job's own child processes used over `share`'s intervals: exited ones from
+    the process's cutime; live ones as the sampler read them at every sweep, plus, at their
+    mean over the scans' span, what the sweeps did not read of them (in data recorded before
+    the sweeps read them, 2026-11-30, all of it)."""
+    if share.live_children_cores is not None:
+        return share.own_children_cores + named.unplaced_own_cores
     return named.own_cores + share.reaped_children_cores
 
 
 def others_cores(share: CpuShare, named: OtherProcesses) -> float:
     """The cores other processes used over `share`'s intervals: the machine's busy ones less
-    the process's, its own children's (live ones from the scans, exited ones from its cutime)
-    and the sampler's. Beside children of its own, no more than the scans found other
-    processes using: a data loader's work follows the step's phases, which scans a second apart
-    cannot place (a PyDataset's 4 workers left 0.55 cores of "others" over the typical steps
-    beyond their mean, with no other process scanned using CPU); a neighbour out of the scans'
-    view is then missed."""
+    the process's, its own children's (`own_children_cores`) and the sampler's. In data whose
+    live children only the scans saw, no more than the scans found other processes using beside
+    children of its own: a data loader's work follows the step's phases, which scans a second
+    apart cannot place (a PyDataset's 4 workers left 0.55 cores of "others" over the typical
+    steps beyond their mean, with no other process scanned using CPU); a neighbour out of the
+    scans' view (another container's) is then missed. Read at every sweep, the children's
+    work is placed where it ran and no cap is needed, unless the sweeps missed UNPLACED_CORES
+    or more of it."""
     own = own_children_cores(share, named)
     counted = share.others_cores - own - named.sampler_cores
-    if own > 0:
+    if own > 0 and (share.live_children_cores is None
+                    or named.unplaced_own_cores >= UNPLACED_CORES):
         counted = min(counted, named.scanned_others_cores)
     return max(0.0, counted)
 

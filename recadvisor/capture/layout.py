@@ -25,7 +25,11 @@ Sampler files are Parquet, one row per sample:
   summed over the CPUs the group was stopped on; -1 without a quota or when unreadable).
   Since 2026-11-30: `children_s` float64 (cumulative CPU seconds of the process's children that
   exited and were waited for: /proc/<pid>/stat cutime + cstime; live children's CPU is in the
-  others file).
+  others file), and, later that day (absent before), `live_children_s` float64 (cumulative CPU
+  seconds of the live descendants the scans found, read at every sweep from then on: their
+  utime + stime + cutime + cstime, counted from their first read for those alive at the first
+  scan, from their start for later ones; a descendant that exits leaves the sum, its CPU then
+  in `children_s` once waited for).
 - `<host>.others.parquet` (since 2026-11-30; absent before) — the machine's other processes, scanned
   about once a second (less often where a scan would take more than half the sampler's CPU budget: a
   host with thousands of processes) and at the first and last sweeps: a row per process whose CPU

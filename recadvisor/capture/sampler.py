@@ -195,8 +195,9 @@ class Sampler:
         self._nthreads = b""  # the thread count at the last listing, as text
         self._since_list = 0
         # Raw sweeps, parsed by _compact(): (ts, thread lines, process stat, io, /proc/stat,
-        # the quota group's cpu.stat).
-        self._raw: list[tuple[int, list[bytes], bytes, bytes | None, bytes, bytes | None]] = []
+        # the quota group's cpu.stat, the child processes' (pid, start) and stat lines).
+        self._raw: list[tuple[int, list[bytes], bytes, bytes | None, bytes, bytes | None,
+                              list[tuple[tuple[int, int], bytes]]]] = []
         # Parsed: one TaskStat per thread row (identical lines share one object), the sweep's
         # timestamp and row count per sweep, one tuple per process row.
         self._rows: list[TaskStat] = []
@@ -217,8 +218,17 @@ class Sampler:
         self._others_last: dict[tuple[int, int], int] = {}
         self._others_cmd: dict[tuple[int, int], str] = {}
         # Each process's stat text at the last scan: an idle process's text repeats byte for
-        # byte, and is not parsed again.
+        # byte, and is not parsed again; its parsed entry, for the parents.
         self._others_text: dict[str, bytes] = {}
+        self._others_entry: dict[str, ProcEntry] = {}
+        # The job's own child processes (descendants of the sampled one, found by the scans):
+        # every sweep reads their stat too, so that their CPU is placed interval by interval
+        # (a data loader's workers work while the model computes), not a scan's second apart.
+        # Per (pid, start): the open stat file, and the CPU ticks (its own and its reaped
+        # children's) it is counted from: its first read for one alive at the first scan, 0 for
+        # one started later (its CPU since its start then lands at the sweep after the scan).
+        self._kid_fd: dict[tuple[int, int], int] = {}
+        self._kid_base: dict[tuple[int, int], int | None] = {}
         self._others_due = 0
         self.others_every_s = OTHERS_EVERY_S  # stretched when scans outgrow their budget share
         self.others_scans = 0
@@ -266,7 +276,13 @@ class Sampler:
         if self._cg_fd is not None:
             with contextlib.suppress(OSError):
                 cg = os.pread(self._cg_fd, _READ_SIZE, 0)
-        self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0), cg))
+        kids = []
+        for key, fd in list(self._kid_fd.items()):
+            try:
+                kids.append((key, os.pread(fd, _READ_SIZE, 0)))
+            except OSError:  # it exited and was waited for: its CPU is in its parent's now
+                os.close(self._kid_fd.pop(key))
+        self._raw.append((ts, lines, pstat, io, os.pread(self._sys_fd, _READ_SIZE, 0), cg, kids))
         self._scan_s = 0.0
         if ts >= self._others_due:
             c0 = time.thread_time()
@@ -310,7 +326,7 @@ class Sampler:
         """Parse the raw sweeps kept since the last call."""
         cache: dict[bytes, TaskStat] = {}
         rows, prows = self._rows, self._prows
-        for ts, lines, pstat, io, sysl, cg in self._raw:
+        for ts, lines, pstat, io, sysl, cg, kids in self._raw:
             n = len(rows)
             for line in lines:
                 st = cache.get(line)
@@ -330,10 +346,19 @@ class Sampler:
             periods, throttled, throttled_us = -1, -1, -1
             if cg and (counters := parse_cpu_stat(cg)) is not None:
                 periods, throttled, throttled_us = *counters[:2], round(counters[2] * 1e6)
+            live = 0
+            for key, line in kids:
+                with contextlib.suppress(ValueError):
+                    k = parse_task_stat(line)
+                    ticks = k.utime_ticks + k.stime_ticks + k.children_ticks
+                    base = self._kid_base.get(key)
+                    if base is None:
+                        base = self._kid_base[key] = ticks
+                    live += ticks - base
             prows.append(
                 (ts, proc.utime_ticks, proc.stime_ticks, proc.rss_pages * PAGE_SIZE, rd, wr,
                  proc.num_threads, cpu.total_ticks, cpu.idle_ticks, cpu.iowait_ticks, rchar,
-                 periods, throttled, throttled_us, proc.children_ticks)
+                 periods, throttled, throttled_us, proc.children_ticks, live)
             )  # fmt: skip
         self._raw.clear()
 
@@ -343,14 +368,18 @@ class Sampler:
         `python3` by name)."""
         last, cmds, first = self._others_last, self._others_cmd, not self._others_last
         before, texts = self._others_text, {}
+        parsed, entries = self._others_entry, {}
         for entry, line in _other_stats(self.pid):
             texts[entry] = line
             if before.get(entry) == line:
+                if entry in parsed:
+                    entries[entry] = parsed[entry]
                 continue
             try:
                 e = parse_proc_entry(line)
             except ValueError:
                 continue
+            entries[entry] = e
             key = (e.pid, e.start_ticks)
             if last.get(key) == e.cpu_ticks:
                 continue
@@ -358,7 +387,32 @@ class Sampler:
             if not first and key not in cmds:
                 cmds[key] = _command_line(e.pid)
             self._others.append((ts, e, cmds.get(key, "")))
-        self._others_text = texts
+        self._others_text, self._others_entry = texts, entries
+        self._watch_children(entries.values(), first)
+
+    def _watch_children(self, entries, first: bool) -> None:
+        """Open the stat files of the sampled process's descendants the scan found (the sampler's
+        own process, a child of the job where the job starts it, is left out: it is counted as
+        the sampler's)."""
+        kids_of: dict[int, list[ProcEntry]] = {}
+        me = os.getpid()
+        for e in entries:
+            if e.pid != me:
+                kids_of.setdefault(e.ppid, []).append(e)
+        todo, found = [self.pid], set()
+        while todo:
+            for e in kids_of.get(todo.pop(), ()):
+                key = (e.pid, e.start_ticks)
+                if key not in found:
+                    found.add(key)
+                    todo.append(e.pid)
+        for key in found.difference(self._kid_fd):
+            if key in self._kid_base:
+                continue  # watched before and gone since (pids are reused; starts are not)
+            fd = _open_or_none(f"/proc/{key[0]}/stat")
+            if fd is not None:
+                self._kid_fd[key] = fd
+                self._kid_base[key] = None if first else 0
 
     def run(self, stop: threading.Event) -> None:
         """Sweep every 1/hz s until `stop` is set or the process exits; one last sweep after
@@ -425,11 +479,13 @@ class Sampler:
         self.close()
 
     def close(self) -> None:
-        for fd in [*self._fd_of.values(), self._stat_fd, self._io_fd, self._sys_fd, self._cg_fd]:
+        for fd in [*self._fd_of.values(), *self._kid_fd.values(), self._stat_fd, self._io_fd,
+                   self._sys_fd, self._cg_fd]:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd_of.clear()
+        self._kid_fd.clear()
         self._fd_list = []
         self._stat_fd = self._io_fd = self._sys_fd = self._cg_fd = None
 
@@ -465,9 +521,9 @@ class Sampler:
             }
         )
         m = len(self._prows)
-        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 15)
+        p = np.asarray(self._prows, dtype=np.int64).reshape(m, 16)
         (ts, user, system, rss, rd, wr, nth, tot, idle, iow, rchar, periods, throttled, thr_us,
-         children) = p.T
+         children, live) = p.T
         cpu_pct = np.zeros(m)
         sys_pct = np.zeros(m)
         if m > 1:
@@ -502,6 +558,7 @@ class Sampler:
                 "cpu_throttled_periods": pa.array(throttled, pa.int64()),
                 "cpu_throttled_s": pa.array(np.where(thr_us >= 0, thr_us / 1e6, -1.0)),
                 "children_s": pa.array(children / CLK_TCK),
+                "live_children_s": pa.array(live / CLK_TCK),
             }
         )
         return threads, process

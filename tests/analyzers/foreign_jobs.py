@@ -116,7 +116,8 @@ MODE:
   in NumPy (~4 ms a batch): one worker (Keras adds a tf.data prefetch), 4 worker threads, or 4
   worker processes (Keras' own queue, no tf.data prefetch). `pydataset_processes_unprofiled`:
   the last without profiler calls, for `recadvisor capture` (the workers are the job's own
-  child processes).
+  child processes; Keras starts new ones at each of its 3 `fit()` calls);
+  `pydataset_processes_steady`: the same in one `fit()` of 400 steps (one set of workers).
 - `session_per_example` / `session_batched`: a TF1-style graph-mode loop (`tf.compat.v1.Session`,
   `disable_eager_execution`) training a 64-256-256-1 MLP with `tf.compat.v1.train.AdamOptimizer`
   from a one-shot iterator over 16,384 `tf.train.Example` records: one example per record, parsed
@@ -1346,9 +1347,13 @@ elif mode.startswith("pydataset"):
     workers = {"pydataset": {}, "pydataset_threads": {"workers": 4},
                "pydataset_processes": {"workers": 4, "use_multiprocessing": True},
                "pydataset_processes_unprofiled": {"workers": 4, "use_multiprocessing": True},
+               "pydataset_processes_steady": {"workers": 4, "use_multiprocessing": True},
                }[mode]
-    fit_timed(mlp(64, 256), Batches(**workers), timed=150, then=20,
-              profile=not mode.endswith("_unprofiled"))
+    if mode.endswith("_steady"):
+        mlp(64, 256).fit(Batches(**workers), steps_per_epoch=400, epochs=1, verbose=0)
+    else:
+        fit_timed(mlp(64, 256), Batches(**workers), timed=150, then=20,
+                  profile=not mode.endswith("_unprofiled"))
 elif mode.startswith("session_"):
     tf.compat.v1.disable_eager_execution()
     v1 = tf.compat.v1

@@ -203,6 +203,39 @@ def test_children_that_exited_count_as_the_jobs_own(tmp_path):
     assert isinstance(contention(run), Finding)
 
 
+def test_live_children_read_at_every_sweep_are_placed_where_they_ran(tmp_path):
+    # The sampler read the job's worker at every sweep (live_children_s, since 2026-11-30): its
+    # mean over the scans is 0.3 core, but it used 0.9 over the typical steps (a data loader
+    # works while the model computes): the job's own, no finding, no warning.
+    _, run = host_trace(tmp_path, steps=20, wait_ms=0)
+    th = two_runnable(20)
+    secs = np.sort(th["t_ms"].unique()) / 1000
+    worker = [(400, 100, "python3 worker", 0.3)]
+    write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=worker,
+                  process_columns={"live_children_s": 0.9 * secs})
+    assert contention(run) is None
+    assert not machine_warning(run)
+    # The worker used 0.3 over the steps: the other 0.6 core is another process's, one the
+    # scans could not see (another container's). Without the sweeps' reads the scans alone
+    # must leave it out (test_beside_the_jobs_own_children_only_scanned_others_count).
+    write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100, others=worker,
+                  process_columns={"live_children_s": 0.3 * secs})
+    f = contention(run)
+    assert isinstance(f, Finding), f
+    assert f.numbers["own_children_cores"] == pytest.approx(0.3, abs=0.01)
+    assert f.numbers["others_cores"] == pytest.approx(0.6, abs=0.01)
+    # The 0.6 core won back is shared by the process (1 core) and its worker (0.3).
+    host = f.numbers["host_share"]
+    assert f.speedup == pytest.approx(1 / (1 - host * 0.6 / 1.9), rel=0.03)
+    # Workers the sweeps never read (a PyDataset's per-fit workers, found by the last scan
+    # only): their 0.5 core, their mean over the scans' span, cannot be placed in the steps,
+    # and only scanned others count again (not the 0.4 core the counters leave).
+    write_sampler(run, th, n_cpus=2, cpu_percent=100, machine_percent=100,
+                  others=[(400, 100, "python3 worker", 0.5)],
+                  process_columns={"live_children_s": 0.0 * secs})
+    assert contention(run) is None
+
+
 def test_others_out_of_the_samplers_view(tmp_path):
     # The machine full, no process the sampler can see used CPU: another container or a VM.
     _, run = host_trace(tmp_path, steps=20, wait_ms=0)

@@ -2013,7 +2013,8 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
 
 def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None,
                                  busy_threads: int = 0, untraced: bool = False,
-                                 scanned: list | None = None, reaped: bool = False):
+                                 scanned: list | None = None, reaped: bool = False,
+                                 live: float | None = None):
     """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
     longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
     quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
@@ -2022,7 +2023,8 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
     With `untraced` the long steps' time is not covered by any event (no longer matmul).
     `scanned`: the sampler's scans of the other processes (write_sampler's `others`); with
     `reaped` the others' cores in the stalls are the job's children that exited (its
-    `children_s`)."""
+    `children_s`); with `live`, its live children, read at every sweep, used that many of them
+    (`live_children_s`)."""
     durations = _every(5, 100.0)
 
     def longer(main, comp, t0, i, dur):
@@ -2041,6 +2043,8 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
     if reaped:
         # Each sweep's interval (5 ms) at `others` cores in the stalls.
         columns["children_s"] = np.cumsum(np.where(stall, others * 0.005, 0.0))
+    if live is not None:
+        columns["live_children_s"] = np.cumsum(np.where(stall, live * 0.005, 0.0))
     if throttled is not None:
         periods = (t // 100).astype("int64")
         first = np.diff(periods, prepend=-1) > 0  # the sweep that sees a period begin
@@ -2077,6 +2081,16 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     f = _stalls_the_sampler_explains(tmp_path / "reaped", others=1.5, throttled=None,
                                      reaped=True)
     assert f.numbers["cause"] != "contention", f.evidence
+    # The sampler read the job's live children at every sweep (since 2026-11-30): where they
+    # did the stalls' work, it is theirs; where they did not, another process's, though the
+    # scans saw none (another container's), which the scans alone could not tell.
+    worker = [(400, 100, "python3 worker", 0.6)]
+    f = _stalls_the_sampler_explains(tmp_path / "live", others=1.5, throttled=None,
+                                     scanned=worker, live=1.5)
+    assert f.numbers["cause"] != "contention", f.evidence
+    f = _stalls_the_sampler_explains(tmp_path / "unseen", others=1.5, throttled=None,
+                                     scanned=worker, live=0.0)
+    assert f.numbers["cause"] == "contention", f.evidence
     # The same stalls with the other core free: nothing took it, the trace cannot say why.
     f = _stalls_the_sampler_explains(tmp_path / "idle", others=0.0, throttled=None)
     assert f.numbers["cause"] is None and f.severity == "low"

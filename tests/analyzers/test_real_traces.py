@@ -456,10 +456,11 @@ def test_captured_stalls_say_what_the_main_thread_did(tmp_path, mode, label):
 
 
 def _captured(tmp_path: Path, mode: str, steps: int, cpus: set[int] | None = None,
-              name: str | None = None, cgroup: Path | None = None) -> Path:
+              name: str | None = None, cgroup: Path | None = None,
+              wrap: tuple[str, ...] = ()) -> Path:
     """`mode` of foreign_jobs.py run under `recadvisor capture` into tmp_path/`name` (the
     mode's name by default), pinned to `cpus` when given (as `taskset` would), in the cgroup
-    directory `cgroup` when given."""
+    directory `cgroup` when given, the whole command run by `wrap` when given."""
     env = {**ENV, "COLD_DIR": str(tmp_path)}
     out = tmp_path / (name or mode)
 
@@ -469,7 +470,7 @@ def _captured(tmp_path: Path, mode: str, steps: int, cpus: set[int] | None = Non
         if cgroup is not None:
             (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
-    subprocess.run([sys.executable, "-m", "recadvisor", "capture", "--logdir",
+    subprocess.run([*wrap, sys.executable, "-m", "recadvisor", "capture", "--logdir",
                     str(out), "--delay", "0", "--steps", str(steps), "--",
                     sys.executable, str(HERE / "foreign_jobs.py"), str(tmp_path / "unused"),
                     mode], check=True, timeout=300, env=env, capture_output=True,
@@ -540,6 +541,29 @@ def test_captured_data_loader_processes_are_the_jobs_own(tmp_path):
     assert "pydataset_processes_unprofiled" in own[0].what
     assert "cpu_contention" not in {f.id for f in report.findings}
     assert not any("other processes on the machine" in w for w in report.to_dict()["warnings"])
+
+
+def test_a_neighbour_out_of_view_beside_the_jobs_workers_is_cpu_contention(tmp_path):
+    """The PyDataset job (4 worker processes, one fit) captured in a PID namespace of its own, as
+    in a container, beside spinners outside it: no scan sees them, the machine's counters do.
+    The sampler reads the workers at every sweep, so what the job and its workers did not use
+    of the full machine is another workload's (0.75 cores, high, in a recorded run); the scans
+    alone could not tell it from the workers' work. Alone in the namespace: no finding."""
+    wrap = ("unshare", "--pid", "--fork", "--mount-proc")
+    if shutil.which("unshare") is None or subprocess.run(
+            [*wrap, "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare with the right to make a PID namespace (root)")
+    if usable_cpus(os.getpid()) < 2:
+        pytest.skip("needs two usable CPUs (affinity and cgroup quota)")
+    mode = "pydataset_processes_steady"
+    with _neighbour(1000, 1000, 60, len(os.sched_getaffinity(0)), start_new_session=True):
+        report = analyze(_captured(tmp_path, mode, 150, name="beside", wrap=wrap))
+    f = {f.id: f for f in report.findings}.get("cpu_contention")
+    assert f is not None and f.severity in ("medium", "high"), report.findings
+    assert f.numbers["own_children_cores"] > 0.1 and not f.numbers["busiest_others"], f.evidence
+    assert "outside its view" in f.evidence[3] and "read at every sweep" in f.evidence[3]
+    alone = analyze(_captured(tmp_path, mode, 150, name="alone", wrap=wrap))
+    assert "cpu_contention" not in {f.id for f in alone.findings}, alone.findings
 
 
 def test_captured_cpu_quota_below_the_pools_is_cpu_throttling(tmp_path):

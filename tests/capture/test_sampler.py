@@ -9,6 +9,7 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
@@ -458,6 +459,7 @@ SPIN = ("import sys, time\nend = time.time() + float(sys.argv[1])\n"
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", sys.argv[1], "30", sys.argv[2]])
+    time.sleep(0.5)  # the child's CPU before the sampler starts is not the window's
     print("ready", flush=True)
     time.sleep(30)
 """)
@@ -504,6 +506,38 @@ def test_the_other_processes_cpu_is_scanned_with_the_jobs_own_children_told_apar
     # Processes whose CPU did not move after the first scan have no later row.
     later = df[df.ts_ns > scans[0]]
     assert len(later) < len(first)
+    # The child (not the other spinner) is read at every sweep: its CPU interval by interval.
+    pr = _read(tmp_path)[1].to_pandas()
+    live = pr.live_children_s.to_numpy()
+    rows = df[df.pid == child.pid.iloc[0]]
+    used = rows.cpu_s.iloc[-1] - rows.cpu_s.iloc[0]
+    assert live[0] == 0 and (np.diff(live) >= 0).all() and abs(live[-1] - used) < 0.05, (
+        live[-1], used)
+    assert (np.diff(live) > 0).mean() > 0.5
+
+
+LATE_PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    print("ready", flush=True)
+    time.sleep(1.2)
+    subprocess.Popen([sys.executable, "-c", sys.argv[1], "30"])
+    time.sleep(30)
+""")
+
+
+def test_a_child_started_after_the_first_scan_is_counted_from_its_start(tmp_path):
+    """A worker process the job starts while it is sampled is found by the next scan and read at
+    every sweep from then on; the CPU it used before that scan is counted at the sweep after it,
+    so the job's own children's CPU over the window is whole."""
+    pr = _sample_script(tmp_path, 3.3, 50, LATE_PARENT, SPIN)
+    df = pq.read_table(tmp_path / ("h" + OTHERS_SUFFIX)).to_pandas()
+    child = df[df.ppid == pr.pid.iloc[0]]
+    assert len(child) and child.ts_ns.min() > df.ts_ns.min(), child  # not there at the first
+    live = pr.live_children_s.to_numpy()
+    assert abs(live[-1] - child.cpu_s.iloc[-1]) < 0.05, (live[-1], child.cpu_s.iloc[-1])
+    # Nothing before the scan that found it; then one step with what it had used, then sweeps.
+    found = np.flatnonzero(live > 0)[0]
+    assert pr.ts_ns.iloc[found] > child.ts_ns.min(), (pr.ts_ns.iloc[found], child.ts_ns.min())
 
 
 REAPER = textwrap.dedent("""
