@@ -11,6 +11,9 @@ starts N idle processes (`sleep`) beside this one and prints two tables:
 2. The sampler run for `--seconds` against an idle process at its defaults (50 Hz, 1% of the
    machine's CPU): sweeps a second, scans made and the interval between them, and its CPU time
    as a share of the machine against the budget.
+3. A sweep's CPU time (scans left out, median of `--repeats` 3 s runs) against a process with
+   0, 4 and 16 child processes, which the sweeps read once a scan has found them (data loader
+   workers): the baseline is the process without children.
 
     .venv/bin/python bench/sampler_scan.py [--counts 0 1000 2000 4000] [--repeats 9] [--seconds 6]
 """
@@ -50,6 +53,27 @@ def cpu_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.thread_time() - c)
     return statistics.median(times) * 1e3
+
+
+PARENT = ("import subprocess, sys, time\n"
+          "kids = [subprocess.Popen(['sleep', '60']) for _ in range(int(sys.argv[1]))]\n"
+          "print('ready', flush=True)\ntime.sleep(60)\n")
+
+
+def sweep_ms(children: int) -> float:
+    """CPU ms a sweep, scans left out, over 3 s at 50 Hz against a process with `children`."""
+    p = subprocess.Popen([sys.executable, "-c", PARENT, str(children)], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        p.stdout.readline()
+        s = Sampler(p.pid, hz=50, cpu_budget=None).start()
+        time.sleep(3.0)
+        s.stop()
+        return (s.sweep_cpu_s - s.others_cpu_s) / s.samples * 1e3
+    finally:
+        subprocess.run(["pkill", "-P", str(p.pid)])
+        p.kill()
+        p.wait()
 
 
 def main() -> None:
@@ -101,6 +125,17 @@ def main() -> None:
     for procs, hz, n, every, scan_share, share in runs:
         t.add_row(str(procs), f"{hz:.1f}", str(n), f"{every:.2f}", f"{scan_share:.2%}",
                   f"{share:.2%}")
+    console.print(t)
+    kids = {n: [] for n in (0, 4, 16)}
+    for _ in range(args.repeats // 3 or 1):
+        for n, got in kids.items():  # interleaved: the machine's drift hits each alike
+            got.append(sweep_ms(n))
+    t = Table(title="A sweep's CPU ms with the job's child processes read (median)")
+    for col in ("children", "sweep CPU ms", "against none"):
+        t.add_column(col, justify="right")
+    base = statistics.median(kids[0])
+    for n, got in kids.items():
+        t.add_row(str(n), f"{statistics.median(got):.3f}", f"{statistics.median(got) / base:.2f}x")
     console.print(t)
 
 

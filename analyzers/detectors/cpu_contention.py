@@ -18,10 +18,10 @@ cpu_competition.FULL_IDLE_CORES idle (none left to take) and the process wanted 
 more cores than it got, of those the others held: E = min(R, U) - C, no more than O. A CPU quota
 that stopped the process is cpu_throttling's.
 
-The estimate gives those E cores back to the host side of the step (its share f, as
-cpu_throttling counts it), which the process shares with its own child processes (K cores): f
-shrinks to f·(C + K)/(C + K + E). Perfect scaling, an upper bound on the
-cores' side, measured against the same job alone (docs/trace-signals.md).
+The estimate gives those E cores back to the host side of the step (its share f, as cpu_throttling
+counts it), which the process shares with its own child processes (K cores): f shrinks to f·(C +
+K)/(C + K + E). Perfect scaling, an upper bound on the cores' side, measured against the same job
+alone (docs/trace-signals.md).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from analyzers.findings import Finding, Skipped, speedup_from_saving
 from analyzers.signals.cpu_competition import (
     MIN_INTERVALS,
     OtherProcesses,
+    children_placed,
     cpu_share,
     other_processes,
     others_cores,
@@ -90,7 +91,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     f = sum(ctx.fractions.get(k, 0.0) for k in HOST_SIDE)
     # The job's own child processes do part of the host side (a data loader's workers): the
     # cores won back are shared with them (a PyDataset job's 4 workers beside a neighbour:
-    # 1.31x measured, 1.41x so, 1.90x spread over the process's cores alone).
+    # 1.31x measured, 1.42x so, 1.90x spread over the process's cores alone).
     job = c + own
     saving = f * extra / (job + extra)
     cpus = f"{usable:g}"
@@ -107,7 +108,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         f"instead of {job:.1f}" + (f" (the process's {c:.2f} and its own child processes' "
                                    f"{own:.2f})" if own > 0 else "")
         + " (perfect scaling, an upper bound)",
-        _who(named, own, share.live_children_cores is not None),
+        _who(named, own, children_placed(share, named)),
     ]
     return Finding(
         id=ID,

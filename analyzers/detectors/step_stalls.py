@@ -64,7 +64,12 @@ from analyzers.detectors import (
 )
 from analyzers.events import GRAPH_BUILDING, NEW_ITERATOR, OP_KINDS, TRAINING_OP
 from analyzers.findings import Finding, speedup_from_saving
-from analyzers.signals.cpu_competition import CpuShare, cpu_share, other_processes
+from analyzers.signals.cpu_competition import (
+    CpuShare,
+    children_placed,
+    cpu_share,
+    other_processes,
+)
 from analyzers.signals.executions import PREFIX as EAGER_PREFIX
 from analyzers.signals.input_pipeline import file_open_starts
 from analyzers.signals.os_sampler import main_thread_states
@@ -425,15 +430,17 @@ def _taken(ctx: Context, stalled: np.ndarray, typical: np.ndarray) -> tuple[str,
     # ones as the sampler read them at every sweep (since 2026-11-30).
     more = got.neighbour_cores - base.neighbour_cores
     if more >= MIN_TAKEN_CORES and got.full and (
-            got.live_children_cores is not None or _neighbours_seen(ctx)):
+            children_placed(got, other_processes(ctx)) or _neighbours_seen(ctx)):
         return "contention", (f"{line}: other processes took {more:.1f} more cores then, "
                               "with the machine full")
     return None
 
 
 def _neighbours_seen(ctx: Context) -> bool:
-    """In data whose live children only the scans saw (before 2026-11-30), whether the cores the
-    machine's counters give to other processes can be theirs: beside the job's own live
+    """Where the job's live children's work is not placed interval by interval (data before
+    2026-11-30, or workers the sweeps did not read: cpu_competition.children_placed), whether
+    the cores the machine's counters give to other processes can be theirs: beside the job's own
+    live
     children (data loader workers, which work while its steps wait for them) only when the
     scans found other processes using CPU (SCANNED_OTHERS_CORES); true where the scans were
     not taken."""

@@ -214,6 +214,13 @@ def _placed_between(p: pd.DataFrame | None, lo: int, hi: int) -> float | None:
     return max(0.0, float(end - start)) / ((hi - lo) / 1e9)
 
 
+def children_placed(share: CpuShare, named: OtherProcesses | None) -> bool:
+    """Whether the job's own children's work is placed interval by interval: the sampler read
+    them at every sweep (data since 2026-11-30), and missed less than UNPLACED_CORES of it."""
+    return share.live_children_cores is not None and (
+        named is None or named.unplaced_own_cores < UNPLACED_CORES)
+
+
 def own_children_cores(share: CpuShare, named: OtherProcesses) -> float:
     """The cores the job's own child processes used over `share`'s intervals: exited ones from
     the process's cutime; live ones as the sampler read them at every sweep, plus, at their
@@ -236,8 +243,7 @@ def others_cores(share: CpuShare, named: OtherProcesses) -> float:
     or more of it."""
     own = own_children_cores(share, named)
     counted = share.others_cores - own - named.sampler_cores
-    if own > 0 and (share.live_children_cores is None
-                    or named.unplaced_own_cores >= UNPLACED_CORES):
+    if own > 0 and not children_placed(share, named):
         counted = min(counted, named.scanned_others_cores)
     return max(0.0, counted)
 

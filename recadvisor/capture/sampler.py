@@ -237,7 +237,7 @@ class Sampler:
         self._scan_rate = 0.0  # CPU seconds a second the scans take, at the last one's cost
         self.gone = False  # the process exited
         self.late_sweeps = 0  # sweeps that started more than one period late
-        self.sweep_cpu_s = 0.0  # CPU time of the sampling thread inside run()
+        self.sweep_cpu_s = 0.0  # CPU time of the sweeps (run()'s, and start()'s first)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -349,7 +349,9 @@ class Sampler:
             live = 0
             for key, line in kids:
                 with contextlib.suppress(ValueError):
-                    k = parse_task_stat(line)
+                    k = cache.get(line)
+                    if k is None:
+                        k = cache[line] = parse_task_stat(line)
                     ticks = k.utime_ticks + k.stime_ticks + k.children_ticks
                     base = self._kid_base.get(key)
                     if base is None:
@@ -464,8 +466,10 @@ class Sampler:
         sampled process itself the sweeps would take that process's GIL."""
         if self._thread is not None:
             raise RuntimeError("sampler already started")
+        c0 = time.thread_time()
         if not self.sample():
             raise ProcessLookupError(f"process {self.pid} exited before sampling started")
+        self.sweep_cpu_s += time.thread_time() - c0  # the first scan of every process is here
         self._thread = threading.Thread(
             target=self.run, args=(self._stop,), name="recadvisor-sampler", daemon=True
         )

@@ -2014,7 +2014,8 @@ def test_the_sampler_says_what_untraced_stalls_did(tmp_path, state, label, remed
 def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None,
                                  busy_threads: int = 0, untraced: bool = False,
                                  scanned: list | None = None, reaped: bool = False,
-                                 live: float | None = None):
+                                 live: float | None = None,
+                                 live_elsewhere: float | None = None):
     """Every 5th step of 30 takes 100 ms instead of 10: its matmul runs on (the same events, only
     longer). The sampler (every 5 ms, 2 CPUs): the process at 1 core, nothing else running, the
     quota (1 core, unless `throttled` is None) never out; in the stalls' last 90 ms the process
@@ -2023,8 +2024,9 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
     With `untraced` the long steps' time is not covered by any event (no longer matmul).
     `scanned`: the sampler's scans of the other processes (write_sampler's `others`); with
     `reaped` the others' cores in the stalls are the job's children that exited (its
-    `children_s`); with `live`, its live children, read at every sweep, used that many of them
-    (`live_children_s`)."""
+    `children_s`); with `live`, its live children, read at every sweep, used that many cores in
+    the stalls (`live_children_s`), and elsewhere `live_elsewhere`, by default what makes their
+    mean the scans' (`scanned` processes whose parent is the job, pid 100)."""
     durations = _every(5, 100.0)
 
     def longer(main, comp, t0, i, dur):
@@ -2044,7 +2046,10 @@ def _stalls_the_sampler_explains(tmp_path, others: float, throttled: bool | None
         # Each sweep's interval (5 ms) at `others` cores in the stalls.
         columns["children_s"] = np.cumsum(np.where(stall, others * 0.005, 0.0))
     if live is not None:
-        columns["live_children_s"] = np.cumsum(np.where(stall, live * 0.005, 0.0))
+        own = sum(cores for _, parent, _, cores in scanned or () if parent == 100)
+        elsewhere = ((own * len(t) - live * stall.sum()) / (~stall).sum()
+                     if live_elsewhere is None else live_elsewhere)
+        columns["live_children_s"] = np.cumsum(np.where(stall, live, elsewhere) * 0.005)
     if throttled is not None:
         periods = (t // 100).astype("int64")
         first = np.diff(periods, prepend=-1) > 0  # the sweep that sees a period begin
@@ -2091,6 +2096,11 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     f = _stalls_the_sampler_explains(tmp_path / "unseen", others=1.5, throttled=None,
                                      scanned=worker, live=0.0)
     assert f.numbers["cause"] == "contention", f.evidence
+    # Workers the sweeps never read (started anew and found by the last scan only): their work
+    # cannot be placed, and the scans must show other processes again.
+    f = _stalls_the_sampler_explains(tmp_path / "unread", others=1.5, throttled=None,
+                                     scanned=worker, live=0.0, live_elsewhere=0.0)
+    assert f.numbers["cause"] != "contention", f.evidence
     # The same stalls with the other core free: nothing took it, the trace cannot say why.
     f = _stalls_the_sampler_explains(tmp_path / "idle", others=0.0, throttled=None)
     assert f.numbers["cause"] is None and f.severity == "low"

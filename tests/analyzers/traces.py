@@ -345,9 +345,8 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
     throttled in `throttled` of its 100 ms periods, stopped for half of each on every CPU.
     `process_columns` replaces process-table columns with values per sweep (in time order).
     `others`: the machine's other processes as (pid, ppid, command, cores), each using that many
-    cores from the first sweep on, scanned every second (the sampler's own process, pid 999, at
-    0.1 core: 1% of a 10-core machine);
-    no others file when None."""
+    cores from the first sweep on, scanned every second and at the last sweep (the sampler's own
+    process, pid 999, at 0.1 core: 1% of a 10-core machine); no others file when None."""
     t0 = DEFAULT_PROFILE_START_NS
     th = threads.copy()
     th["ts_ns"] = (t0 + th.pop("t_ms") * MS).astype("int64")
@@ -376,7 +375,8 @@ def write_sampler(run_dir: Path, threads: pd.DataFrame, n_cpus: int = 2,
         process[col] = values
     process.to_parquet(run_dir / f"{host}.process.parquet")
     if others is not None:
-        scans = np.arange(ts[0], ts[-1] + 2 * 10**9, 10**9)
+        # Every second and at the last sweep, as the sampler scans.
+        scans = np.append(np.arange(ts[0], ts[-1], 10**9), ts[-1])
         rows = [{"ts_ns": int(t), "pid": pid, "ppid": ppid, "name": cmd.split()[0],
                  "cmd": cmd, "cpu_s": cores * (t - ts[0]) / 1e9, "start_ticks": 7,
                  "sampled_pid": 100, "sampler_pid": 999}
