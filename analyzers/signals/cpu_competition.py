@@ -54,16 +54,16 @@ class CpuShare:
         return self.idle_cores < FULL_IDLE_CORES
 
     @property
-    def own_children_cores(self) -> float:
-        """The job's own child processes' cores, interval by interval: exited ones and, where
-        the sampler read them at every sweep, live ones."""
+    def placed_children_cores(self) -> float:
+        """The job's own child processes' cores placed interval by interval: exited ones and,
+        where the sampler read them at every sweep, live ones."""
         return max(0.0, self.reaped_children_cores + (self.live_children_cores or 0.0))
 
     @property
     def neighbour_cores(self) -> float:
         """The other processes' cores less the job's own children's placed interval by
         interval (the sampler's own process is still in it)."""
-        return max(0.0, self.others_cores - self.own_children_cores)
+        return max(0.0, self.others_cores - self.placed_children_cores)
 
 
 def cpu_share(ctx: Context, steps: np.ndarray) -> CpuShare | None:
@@ -227,7 +227,7 @@ def own_children_cores(share: CpuShare, named: OtherProcesses) -> float:
     mean over the scans' span, what the sweeps did not read of them (in data recorded before
     the sweeps read them, 2026-11-30, all of it)."""
     if share.live_children_cores is not None:
-        return share.own_children_cores + named.unplaced_own_cores
+        return share.placed_children_cores + named.unplaced_own_cores
     return named.own_cores + share.reaped_children_cores
 
 

@@ -547,7 +547,7 @@ def test_a_neighbour_out_of_view_beside_the_jobs_workers_is_cpu_contention(tmp_p
     """The PyDataset job (4 worker processes, one fit) captured in a PID namespace of its own, as
     in a container, beside spinners outside it: no scan sees them, the machine's counters do.
     The sampler reads the workers at every sweep, so what the job and its workers did not use
-    of the full machine is another workload's (0.75 cores, high, in a recorded run); the scans
+    of the full machine is another workload's (1.01 cores, high, in a recorded run); the scans
     alone could not tell it from the workers' work. Alone in the namespace: no finding."""
     wrap = ("unshare", "--pid", "--fork", "--mount-proc")
     if shutil.which("unshare") is None or subprocess.run(

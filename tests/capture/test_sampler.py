@@ -294,7 +294,7 @@ def test_scans_of_the_other_processes_are_spaced_out_to_fit_their_budget(target,
     the scans are spaced out to take no more than their share of the sampler's CPU budget, and
     the first and last sweeps still scan (a window lies between two scans)."""
     p = target()
-    s = Sampler(p.pid, hz=50, cpu_budget=1e-5).start()  # no scan a second fits
+    s = Sampler(p.pid, hz=50, cpu_budget=1e-6).start()  # no scan a second fits
     time.sleep(2.3)
     s.stop()
     s.write(*sampler_paths(tmp_path, "h"))
