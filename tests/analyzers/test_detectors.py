@@ -2106,6 +2106,31 @@ def test_stalls_while_other_processes_took_the_cores_are_contention(tmp_path):
     assert f.numbers["cause"] is None and f.severity == "low"
 
 
+def test_cpu_contention_reads_no_more_than_the_whole_window(tmp_path):
+    """Other processes at 0.9 core in the typical steps' sampler intervals only, none in the
+    stalls (64% of the window's time): over the whole window 0.26 core. cpu_contention takes no
+    more than the window's count (over scattered intervals the kernel's ticks are noise, which
+    back-to-back intervals add up)."""
+    durations = _every(5, 100.0)
+    run = _uneven(tmp_path, durations, None)
+    starts = np.cumsum([0.0] + durations[:-1])
+    t = np.arange(0.0, sum(durations), 5.0)
+    step = np.searchsorted(starts, t, side="right") - 1
+    typical = np.asarray(durations)[step] < 15
+    rows = pd.concat([pd.DataFrame({"t_ms": t, "tid": tid, "name": "python", "state": "R",
+                                    "user_s": 0.0, "system_s": 0.0}) for tid in (100, 200)],
+                     ignore_index=True)
+    machine = np.where(typical, 190.0, 110.0) / 2  # the process's core, others 0.9 or 0.1
+    write_sampler(run, rows, n_cpus=2, process_columns={
+        "cpu_percent": np.full(len(t), 100.0), "system_cpu_percent": machine}, others=[])
+    assert "cpu_contention" not in by_id(analyze(run))
+    # The same 0.9 core all along: found.
+    write_sampler(run, rows, n_cpus=2, process_columns={
+        "cpu_percent": np.full(len(t), 100.0), "system_cpu_percent": np.full(len(t), 95.0)},
+        others=[])
+    assert "cpu_contention" in by_id(analyze(run))
+
+
 def test_other_processes_in_the_stalls_alone_are_no_cpu_contention(tmp_path):
     """Other processes took the cores in the stalls only (64% of the window's time), while two
     more threads stayed runnable throughout: step_stalls' finding; cpu_contention reads the
