@@ -12,8 +12,9 @@ detector's, which names other processes when they took the cores in the stalled 
 the process used, U the CPUs it may use (affinity capped by its cgroup quota), O the cores other
 processes used on those CPUs (cpu_competition.others_cores: the machine's busy cores less the
 process's, its own children's and the sampler's, which the sampler's scans of every process tell
-apart and its sweeps read interval by interval; then less any CPUs outside its affinity, which other
-processes may have filled first), R its runnable threads. A finding when the machine had fewer than
+apart and its sweeps read interval by interval, and no more than over the whole window, where the
+kernel's ticks add up; then less any CPUs outside its affinity, which other processes may have
+filled first), R its runnable threads. A finding when the machine had fewer than
 cpu_competition.FULL_IDLE_CORES idle (none left to take) and the process wanted at least MIN_DEFICIT
 more cores than it got, of those the others held: E = min(R, U) - C, no more than O. A CPU quota
 that stopped the process is cpu_throttling's.
