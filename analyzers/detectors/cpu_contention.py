@@ -88,7 +88,7 @@ def detect(ctx: Context) -> Finding | Skipped | None:
     # PyDataset job alone read 0.68 cores of "others" from 8 typical intervals), while over
     # back-to-back intervals the counters add up; a neighbour of the whole window is in both.
     whole = cpu_share(ctx, np.ones(len(t), dtype=bool))
-    taken = others_cores(share, named)
+    taken = typical_taken = others_cores(share, named)
     if whole is not None:
         taken = min(taken, others_cores(whole, named))
     others = max(0.0, taken - (n_cpus - affinity))
@@ -108,8 +108,11 @@ def detect(ctx: Context) -> Finding | Skipped | None:
         "CPUs outside the job's affinity counted as taking the job's)")
     evidence = [
         f"over the typical steps ({share.intervals} sampler intervals), other processes used "
-        f"{others:.2f} cores of the {cpus} the job may use{outside}, the machine "
-        f"{share.idle_cores:.2f} idle",
+        f"{others:.2f} cores of the {cpus} the job may use{outside}"
+        + (f" (the whole window's count; {typical_taken:.2f} over the typical steps' scattered "
+           "intervals, where the kernel's 10 ms ticks do not add up)"
+           if taken < typical_taken - 0.005 else "")
+        + f", the machine {share.idle_cores:.2f} idle",
         f"the job used {c:.2f} cores with {runnable:.1f} threads runnable on average (a thread "
         f"waiting for a core is runnable): it wanted {want - c:.1f} more than it got",
         f"estimate: the host side of the step ({f:.0%}) spread over {job + extra:.1f} cores "
